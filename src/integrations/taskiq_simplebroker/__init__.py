@@ -1,0 +1,1 @@
+"""Taskiq broker and result backend on simplebroker-redis."""

@@ -1,0 +1,286 @@
+"""Activity waiters: Pub/Sub wake-ups when a queue gets pending work.
+
+Every script that makes messages pending publishes ``1`` on the queue's wake
+channel inside the same script, so a wake-up costs no extra round trip and
+never announces work that did not commit. Wake-ups are hints: owners still
+drain queues through ordinary operations.
+
+One :class:`Listener` per (process, target, namespace) holds a dedicated
+Pub/Sub connection (never one from the command pool) and a daemon thread
+that dispatches messages to every registered waiter. On connection loss it
+reconnects with exponential backoff, subscribes again, and wakes every
+waiter once so a wake-up lost during the outage cannot stall anyone. A
+forked child gets its own listener the first time it uses a waiter.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import redis
+
+from .runner import RedisRunner
+from .validation import validate_queue_name
+
+#: Seconds between liveness PINGs on an idle Pub/Sub connection.
+PING_INTERVAL: Final[float] = 30.0
+
+#: Reconnect backoff bounds, in seconds.
+BACKOFF_MIN: Final[float] = 0.1
+BACKOFF_MAX: Final[float] = 5.0
+
+#: Seconds a new registration waits for the listener's first connection.
+CONNECT_WAIT: Final[float] = 5.0
+
+#: Longest slice a waiter sleeps before re-checking its stop event.
+STOP_POLL: Final[float] = 0.05
+
+Callback = Callable[[], None]
+
+
+class Listener:
+    """A process-local Pub/Sub connection shared by every waiter of a namespace."""
+
+    def __init__(self, runner: RedisRunner) -> None:
+        self._runner = runner
+        self._lock = threading.RLock()
+        self._callbacks: dict[str, set[Callback]] = {}
+        self._pubsub: Any = None
+        self._client: Any = None
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+        self._ready = threading.Event()
+        # Always subscribed to one control channel, so the connection stays in
+        # subscribed mode (liveness PINGs are answered as pub/sub messages).
+        self._control = runner.keys.wake_prefix + "~listener"
+        self.reconnects = 0  #: completed reconnects (observability, tests)
+
+    # -- registration (any thread) --------------------------------------------
+    def register(self, channels: Iterable[str], callback: Callback) -> None:
+        """Deliver wake-ups on ``channels`` to ``callback`` (from the listener thread)."""
+        with self._lock:
+            fresh = []
+            for channel in channels:
+                owners = self._callbacks.setdefault(channel, set())
+                if not owners:
+                    fresh.append(channel)
+                owners.add(callback)
+            self._ensure_thread()
+            if fresh and self._pubsub is not None:
+                try:
+                    self._pubsub.subscribe(*fresh)
+                except (redis.RedisError, OSError):
+                    self._poke()  # the listener thread reconnects and resubscribes
+        # Let the first connection come up so the subscription is live when
+        # the waiter is returned; an unreachable server only delays this.
+        self._ready.wait(CONNECT_WAIT)
+
+    def unregister(self, channel: str, callback: Callback) -> None:
+        """Stop delivering ``channel`` to ``callback``; raises if UNSUBSCRIBE fails."""
+        with self._lock:
+            owners = self._callbacks.get(channel)
+            if owners is None or callback not in owners:
+                return
+            owners.discard(callback)
+            if owners:
+                return
+            del self._callbacks[channel]
+            if self._pubsub is not None:
+                self._pubsub.unsubscribe(channel)
+
+    # -- the listener thread ----------------------------------------------------
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run,
+                name=f"simplebroker-redis-listener:{self._runner.where}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _connect(self) -> None:
+        kwargs = self._runner.connection_kwargs()
+        kwargs["socket_timeout"] = None
+        kwargs["socket_keepalive"] = True
+        client = redis.Redis.from_url(self._runner.target, **kwargs)
+        # redis-py leaves pubsub() unannotated.
+        pubsub: Any = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        with self._lock:
+            pubsub.subscribe(self._control, *self._callbacks)
+            self._pubsub = pubsub
+            self._client = client  # owns the pool; dropping it closes the socket
+        self._ready.set()
+
+    def _disconnect(self) -> None:
+        with self._lock:
+            pubsub, self._pubsub = self._pubsub, None
+            client, self._client = self._client, None
+        for resource in (pubsub, client):
+            if resource is not None:
+                try:
+                    resource.close()
+                except Exception:  # noqa: BLE001 - the connection is already broken
+                    pass
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            callbacks = {cb for owners in self._callbacks.values() for cb in owners}
+        for callback in callbacks:
+            callback()
+
+    def _dispatch(self, channel: str) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks.get(channel, ()))
+        for callback in callbacks:
+            callback()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                message = self._pubsub.get_message(timeout=0) if self._pubsub else None
+            if message is None:
+                return
+            if message.get("type") in ("message", "pmessage"):
+                self._dispatch(str(message["channel"]))
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        first = True
+        while not self._stopping:
+            try:
+                self._connect()
+            except (redis.RedisError, OSError):
+                time.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            if not first:
+                self.reconnects += 1
+                self._wake_all()
+            first = False
+            backoff = BACKOFF_MIN
+            try:
+                self._serve()
+            except (redis.RedisError, OSError, ValueError):
+                pass
+            self._disconnect()
+
+    def _serve(self) -> None:
+        last_io = time.monotonic()
+        while not self._stopping:
+            sock = self._pubsub.connection._sock if self._pubsub.connection else None
+            if sock is None:
+                raise redis.ConnectionError("pub/sub connection closed")
+            readable, _, _ = select.select([sock, self._wake_r], [], [], 1.0)
+            if self._wake_r in readable:
+                os.read(self._wake_r, 4096)
+            if sock in readable or self._wake_r in readable:
+                self._drain()
+                last_io = time.monotonic()
+            elif time.monotonic() - last_io > PING_INTERVAL:
+                with self._lock:
+                    self._pubsub.ping()
+                last_io = time.monotonic()
+
+
+_LISTENERS: dict[tuple[Any, ...], Listener] = {}
+_LISTENERS_LOCK = threading.Lock()
+
+
+def listener_for(runner: RedisRunner) -> Listener:
+    """Return this process's listener for the runner's target and namespace."""
+    key = (
+        os.getpid(),
+        runner.where + repr(runner.connection_kwargs().get("password")),
+        runner.keys.namespace,
+    )
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.get(key)
+        if listener is None:
+            listener = _LISTENERS[key] = Listener(runner)
+        return listener
+
+
+class QueueActivityWaiter:
+    """SimpleBroker ``ActivityWaiter`` for one or more queues.
+
+    ``wait(timeout)`` returns True when a wake-up arrived (since the last
+    call), False on timeout or when the stop event is set. ``close()`` is
+    terminal and idempotent; the waiter owns only its registrations.
+    """
+
+    def __init__(self, runner: RedisRunner, queue_names: Sequence[str], stop_event: Any) -> None:
+        self._runner = runner
+        self._channels = tuple(runner.keys.wake_channel(q) for q in dict.fromkeys(queue_names))
+        self._stop_event = stop_event
+        self._event = threading.Event()
+        self._closed = False
+        self._pid = os.getpid()
+        self._listener = listener_for(runner)
+        self._listener.register(self._channels, self._event.set)
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a wake-up, the stop event, or ``timeout`` seconds."""
+        if self._pid != os.getpid():
+            self._rebind_after_fork()
+        deadline = time.monotonic() + max(0.0, float(timeout))
+        while True:
+            if self._stop_event is not None and self._stop_event.is_set():
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._consume()
+            slice_ = remaining if self._stop_event is None else min(remaining, STOP_POLL)
+            if self._event.wait(slice_):
+                return self._consume()
+
+    def _consume(self) -> bool:
+        woken = self._event.is_set()
+        self._event.clear()
+        return woken
+
+    def _rebind_after_fork(self) -> None:
+        self._pid = os.getpid()
+        self._event = threading.Event()
+        self._listener = listener_for(self._runner)
+        self._listener.register(self._channels, self._event.set)
+
+    def close(self) -> None:
+        """Terminal, idempotent close; raises the first cleanup failure (with notes)."""
+        if self._closed:
+            return
+        self._closed = True
+        failures: list[Exception] = []
+        for channel in self._channels:
+            try:
+                self._listener.unregister(channel, self._event.set)
+            except Exception as exc:  # noqa: BLE001 - every cleanup is attempted
+                failures.append(exc)
+        if failures:
+            first = failures[0]
+            for later in failures[1:]:
+                first.add_note(f"later cleanup failure: {type(later).__name__}: {later}")
+            raise first
+
+
+def open_waiter(
+    runner: RedisRunner, queue_names: Sequence[str], stop_event: Any
+) -> QueueActivityWaiter:
+    """Validate queue names and return a registered waiter."""
+    names = list(queue_names)
+    if not names:
+        raise ValueError("queue_names cannot be empty")
+    for name in names:
+        validate_queue_name(name)
+    return QueueActivityWaiter(runner, names, stop_event)

@@ -1,0 +1,142 @@
+"""Shared state and helpers of the Redis broker core."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from simplebroker import resolve_config
+from simplebroker.ext import (
+    MaintenanceSchedule,
+    MessageError,
+    vacuum_is_eligible,
+)
+
+if TYPE_CHECKING:
+    from simplebroker._constants import Config
+
+from ..ids import HighWaterClock
+from ..runner import RedisRunner
+from ..scripts import ScriptName
+
+_VACUUM_SCRIPT_BATCH: Final[int] = 10_000
+
+
+class CoreBase:
+    """State every operation mixin shares: runner, config, clock and locks."""
+
+    def __init__(
+        self,
+        runner: RedisRunner,
+        *,
+        config: Mapping[str, Any] | None = None,
+        stop_event: threading.Event | None = None,
+        owns_runner: bool = False,
+    ) -> None:
+        self._config = resolve_config(config=cast("Config | None", config))
+        self._max_message_size = int(self._config["MAX_MESSAGE_SIZE"])
+        self._runner = runner
+        self._owns_runner = owns_runner
+        self._stop_event = stop_event or threading.Event()
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._closed = False
+        from ..plugin import redis_backend_plugin
+
+        self._clock = HighWaterClock(runner, backend_plugin=redis_backend_plugin)  # type: ignore[arg-type]  # the runner is BackendAware, not a SQLRunner
+        self._maintenance = MaintenanceSchedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
+        self._alias_cache: dict[str, str] = {}
+        self._alias_cache_version = -1
+        runner.ensure_initialized()
+
+    # -- lifecycle -----------------------------------------------------------
+    def set_stop_event(self, stop_event: Any) -> None:
+        """Use ``stop_event`` to interrupt retry sleeps."""
+        self._stop_event = stop_event or threading.Event()
+
+    def close(self) -> None:
+        """Release this handle; a borrowed runner stays open for its owner."""
+        self._closed = True
+
+    def shutdown(self) -> None:
+        """Close this handle and the runner when this core owns it."""
+        self.close()
+        if self._owns_runner:
+            self._runner.shutdown()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+        self.close()
+        return False
+
+    def __getstate__(self) -> None:
+        raise TypeError("Redis broker cores cannot be pickled; create one per process")
+
+    # -- plumbing ------------------------------------------------------------
+    @property
+    def runner(self) -> RedisRunner:
+        """Return the runner this core sends commands through."""
+        return self._runner
+
+    def _call(self, script: ScriptName, *args: object, idempotent: bool = False) -> Any:
+        return self._runner.call(script, args, idempotent=idempotent)
+
+    def _validate_message(self, message: object) -> str:
+        if not isinstance(message, str):
+            raise MessageError("Message body must be a string")
+        try:
+            size = len(message.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise MessageError(
+                "Message must be UTF-8 encodable (lone surrogates are not allowed)"
+            ) from exc
+        if size > self._max_message_size:
+            raise MessageError(
+                f"Message size ({size} bytes) exceeds maximum allowed size "
+                f"({self._max_message_size} bytes). Adjust BROKER_MAX_MESSAGE_SIZE "
+                "if needed."
+            )
+        return message
+
+    # -- maintenance -----------------------------------------------------------
+    def _record_activity(self, completed: int) -> None:
+        """Count committed messages; every AUTO_VACUUM_INTERVAL run upkeep."""
+        if self._config["AUTO_VACUUM"] != 1 or completed <= 0:
+            return
+        with self._lock:
+            if not self._maintenance.record(completed):
+                return
+        try:
+            self._runner.call("recover", ["", 256])
+            if self._vacuum_due():
+                self._vacuum_claimed()
+        except Exception:  # noqa: BLE001 - maintenance is best effort
+            return
+        self._maintenance.mark_check_succeeded()
+
+    def _vacuum_due(self) -> bool:
+        keys = self._runner.keys
+
+        def counts(client: Any) -> list[int]:
+            pipe = client.pipeline(transaction=False)
+            for key in (keys.claimed, keys.pending, keys.reserved, keys.delayed):
+                pipe.zcard(key)
+            return [int(value) for value in pipe.execute()]
+
+        claimed, pending, reserved, delayed = self._runner.execute(counts, idempotent=True)
+        return vacuum_is_eligible(
+            claimed_count=claimed,
+            total_count=claimed + pending + reserved + delayed,
+            threshold=float(self._config["VACUUM_THRESHOLD"]) / 100,
+        )
+
+    def _vacuum_claimed(self) -> None:
+        batch = max(1, min(int(self._config["VACUUM_BATCH_SIZE"]), _VACUUM_SCRIPT_BATCH))
+        while True:
+            removed, left = self._call("vacuum", batch)
+            if int(removed) == 0 or int(left) == 0:
+                return

@@ -1,0 +1,98 @@
+"""At-least-once generators: whole batches reserved, yielded, then committed."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from simplebroker import resolve_config
+
+from .._sbcompat import normalize_message_id, validate_timestamp_bound
+from ..errors import ReservationLost
+from ..leases import Leases
+from ..validation import validate_queue_name
+from ._base import CoreBase
+
+Row = tuple[str, int]
+
+_CROSS_THREAD = (
+    "an at_least_once generator was resumed on a thread other than the one that "
+    "created it; its uncommitted batch was released (pending again) and the "
+    "generator stopped. Create, iterate and close these generators on one thread."
+)
+
+
+class BatchesMixin(CoreBase):
+    """``claim_generator``/``move_generator`` with ``at_least_once`` delivery.
+
+    A batch is reserved under a token (one round trip), yielded, and settled
+    only after its last message was yielded (one round trip). Closing the
+    generator early releases the uncommitted batch: those messages are
+    pending again with the same IDs and order. The reservation's lease is
+    ``stale_batch_seconds`` from its creation; after that any reader may
+    recover it.
+    """
+
+    def _batch_size(self, batch_size: int | None, config: Any) -> int:
+        if batch_size is not None:
+            return batch_size
+        effective = self._config if config is None else resolve_config(config=config)
+        return int(effective["GENERATOR_BATCH_SIZE"])
+
+    def _reserved_batches(
+        self,
+        queue: str,
+        *,
+        target: str,
+        with_timestamps: bool,
+        limit: int,
+        after: int | None,
+        before: int | None,
+        exact: object,
+    ) -> Iterator[Row | str]:
+        validate_queue_name(queue)
+        if target:
+            validate_queue_name(target)
+        exact_id = None if exact is None else normalize_message_id(exact, name="exact_timestamp")
+        after = validate_timestamp_bound("after_timestamp", after)
+        before = validate_timestamp_bound("before_timestamp", before)
+        stale_ns = self._runner.options.stale_batch_ns()
+        lease_seconds = None if stale_ns is None else stale_ns / 1_000_000_000
+        leases = Leases(self._runner)
+        owner = threading.get_ident()
+        while True:
+            lease = leases.reserve(
+                queue,
+                limit,
+                lease_seconds,
+                target=target,
+                after=after,
+                before=before,
+                exact=exact_id,
+            )
+            if not lease.messages:
+                return
+            committed = False
+            try:
+                for message in lease.messages:
+                    yield (message.body, message.id) if with_timestamps else message.body
+                    if threading.get_ident() != owner:
+                        raise RuntimeError(_CROSS_THREAD)
+                outcome = leases.commit(lease.token, "move" if target else "claim")
+                committed = True
+                if outcome.lost:
+                    raise ReservationLost(
+                        f"{outcome.lost} message(s) of an at_least_once batch from "
+                        f"{queue!r} outlived stale_batch_seconds and were recovered "
+                        "before the batch committed; they may be delivered again"
+                    )
+                self._record_activity(outcome.settled)
+            finally:
+                if not committed:
+                    if threading.get_ident() != owner:
+                        warnings.warn(_CROSS_THREAD, RuntimeWarning, stacklevel=2)
+                    leases.release(lease.token)
+            if exact_id is not None:
+                return

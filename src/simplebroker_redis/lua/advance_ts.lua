@@ -1,0 +1,10 @@
+-- advance_ts.lua: monotone compare-and-advance of the durable high-water mark.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 new last_ts (19 digits).
+-- Returns: 1 when last_ts was raised to ARGV[2], 0 when it was already >= it.
+check_ns({})
+if ARGV[2] > last_ts() then
+  redis.call('HSET', K_META, 'last_ts', ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,9 @@
+-- alias_remove.lua: remove an alias (if present) and publish a new alias
+-- version. Messages are untouched.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 alias, 3 new alias version.
+-- Returns: 1 when the alias existed, else 0.
+check_ns({K_ALIASES})
+local removed = redis.call('HDEL', K_ALIASES, ARGV[2])
+redis.call('HSET', K_META, 'alias_version', ARGV[3])
+return removed

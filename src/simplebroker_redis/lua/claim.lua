@@ -1,0 +1,63 @@
+-- claim.lua: exactly-once claim (pending -> claimed) or move (-> target queue)
+-- of up to `limit` messages of one queue, in one step.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 queue, 3 op ('claim'|'move'), 4 target ('' unless
+--       move), 5 limit, 6 order ('oldest'|'newest'), 7 after ('' or 19
+--       digits, exclusive), 8 before ('' or 19 digits, exclusive), 9 exact
+--       ('' or 19 digits; overrides the bounds), 10 '1' to let a move select
+--       claimed messages too (they stay claimed in the target).
+-- Returns: flat {id1, body1, id2, body2, ...} in selection order.
+-- Side effect first: upkeep() releases expired reservations and promotes due
+-- delayed messages (each a complete transition of its own).
+check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES,
+  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES, K_DELIVERIES})
+local queue, op, target = ARGV[2], ARGV[3], ARGV[4]
+local limit, order = tonumber(ARGV[5]), ARGV[6]
+local after, before, exact = ARGV[7], ARGV[8], ARGV[9]
+local with_claimed = ARGV[10] == '1'
+upkeep()
+
+local lists
+if exact ~= '' then
+  local member = mem(queue, exact)
+  lists = {{}, {}}
+  if redis.call('ZSCORE', K_PENDING, member) then
+    lists[1] = {member}
+  elseif with_claimed and redis.call('ZSCORE', K_CLAIMED, member) then
+    lists[2] = {member}
+  end
+else
+  local lo, hi = bounds(queue, after, before)
+  lists = {range(K_PENDING, lo, hi, order, limit), {}}
+  if with_claimed then lists[2] = range(K_CLAIMED, lo, hi, order, limit) end
+end
+local members, src = merge(lists, order, limit)
+if #members == 0 then return {} end
+local bodies = bodies_of(members)
+
+local from_pending, from_claimed = {}, {}
+for i, member in ipairs(members) do
+  if src[i] == 1 then from_pending[#from_pending + 1] = member
+  else from_claimed[#from_claimed + 1] = member end
+end
+zrem_all(K_PENDING, from_pending)
+if op == 'claim' then
+  zadd_all(K_CLAIMED, from_pending)
+else
+  zrem_all(K_CLAIMED, from_claimed)
+  local moved_pending, moved_claimed = {}, {}
+  for _, member in ipairs(from_pending) do moved_pending[#moved_pending + 1] = mem(target, mid(member)) end
+  for _, member in ipairs(from_claimed) do moved_claimed[#moved_claimed + 1] = mem(target, mid(member)) end
+  zadd_all(K_PENDING, moved_pending)
+  zadd_all(K_CLAIMED, moved_claimed)
+  register(target)
+  unregister_if_empty(queue)
+  if #moved_pending > 0 then wake(target) end
+end
+
+local out = {}
+for i, member in ipairs(members) do
+  out[#out + 1] = mid(member)
+  out[#out + 1] = bodies[i]
+end
+return out

@@ -1,0 +1,26 @@
+-- init.lua: create the namespace meta record, or confirm an existing one.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 mode: 'init' creates meta when absent, 'check' only
+--       validates.
+-- Returns: 'created' (init made meta), 'ready' (valid meta), or 'absent'
+--          ('check' on an empty namespace).
+-- Raises: FOREIGN when meta is missing but other fixed keys exist, or meta
+--         belongs to something else; SCHEMA; WRONGTYPE for any fixed key.
+local mode = ARGV[2]
+local kind = redis.call('TYPE', K_META)['ok']
+if kind == 'none' then
+  for i = 2, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      fail('FOREIGN', 'namespace holds ' .. KEYS[i] .. ' but has no meta record')
+    end
+  end
+  if mode ~= 'init' then return 'absent' end
+  redis.call('HSET', K_META, 'magic', MAGIC, 'schema_version', SCHEMA,
+    'last_ts', ZERO_ID, 'alias_version', '0')
+  return 'created'
+end
+local all = {}
+for i = 2, #KEYS do all[#all + 1] = KEYS[i] end
+check_ns(all)
+if not redis.call('HGET', K_META, 'last_ts') then fail('CORRUPT', 'meta has no last_ts') end
+return 'ready'

@@ -1,0 +1,27 @@
+-- insert.lua: insert pending messages with exact, caller-supplied IDs and
+-- raise the high-water mark above them, all or nothing.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 required last_ts (19 digits), then triples
+--       (queue, 19-digit id, body) from ARGV[3].
+-- Returns: number of messages inserted.
+-- Raises (before any write): DUPLICATE when an ID is already stored.
+check_ns({K_QUEUES, K_PENDING, K_BODIES})
+local required = ARGV[2]
+for i = 3, #ARGV, 3 do
+  if redis.call('HEXISTS', K_BODIES, ARGV[i + 1]) == 1 then fail('DUPLICATE', ARGV[i + 1]) end
+end
+local queues = {}
+local count = 0
+for i = 3, #ARGV, 3 do
+  local queue, id = ARGV[i], ARGV[i + 1]
+  redis.call('HSET', K_BODIES, id, ARGV[i + 2])
+  redis.call('ZADD', K_PENDING, 0, mem(queue, id))
+  if not queues[queue] then
+    queues[queue] = true
+    register(queue)
+  end
+  count = count + 1
+end
+if required > last_ts() then redis.call('HSET', K_META, 'last_ts', required) end
+for queue, _ in pairs(queues) do wake(queue) end
+return count

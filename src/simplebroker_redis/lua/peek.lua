@@ -1,0 +1,32 @@
+-- peek.lua: read messages of one queue without changing anything.
+-- Reserved and delayed messages are pending (not yet consumed) and are shown;
+-- claimed messages only with include_claimed.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 queue, 3 limit, 4 order, 5 after, 6 before, 7 exact,
+--       8 '1' to include claimed messages.
+-- Returns: flat {id1, body1, ...} in order.
+check_ns({K_PENDING, K_RESERVED, K_DELAYED, K_CLAIMED, K_BODIES})
+local queue, limit, order = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local after, before, exact = ARGV[5], ARGV[6], ARGV[7]
+local sources = {K_PENDING, K_RESERVED, K_DELAYED}
+if ARGV[8] == '1' then sources[#sources + 1] = K_CLAIMED end
+
+local lists = {}
+if exact ~= '' then
+  local member = mem(queue, exact)
+  for i, key in ipairs(sources) do
+    lists[i] = {}
+    if redis.call('ZSCORE', key, member) then lists[i] = {member} end
+  end
+else
+  local lo, hi = bounds(queue, after, before)
+  for i, key in ipairs(sources) do lists[i] = range(key, lo, hi, order, limit) end
+end
+local members = merge(lists, order, limit)
+local bodies = bodies_of(members)
+local out = {}
+for i, member in ipairs(members) do
+  out[#out + 1] = mid(member)
+  out[#out + 1] = bodies[i]
+end
+return out

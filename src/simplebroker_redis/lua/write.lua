@@ -1,0 +1,65 @@
+-- write.lua: allocate an ID and add one message, optionally trimming the
+-- queue's pending window (keep_newest) or delaying visibility.
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
+--       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now).
+-- Returns: the committed 19-digit message ID.
+-- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK
+-- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest
+-- would displace a reserved message), CORRUPT (a displaced message has no
+-- body). The wake-up is published inside the script, after the insert.
+check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES})
+local queue, body, keep, delay = ARGV[2], ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6])
+local id = allocate(ARGV[4], 1)[1]
+
+local displaced = {}
+if keep > 0 then
+  local lo, hi = qlo(queue), qhi(queue)
+  local cut = nil
+  if keep == 1 then
+    cut = hi
+  else
+    local newest = merge({
+      range(K_PENDING, lo, hi, 'newest', keep - 1),
+      range(K_RESERVED, lo, hi, 'newest', keep - 1),
+      range(K_DELAYED, lo, hi, 'newest', keep - 1),
+    }, 'newest', keep - 1)
+    if #newest == keep - 1 then cut = '(' .. newest[keep - 1] end
+  end
+  if cut then
+    if redis.call('ZRANGE', K_RESERVED, lo, cut, 'BYLEX', 'LIMIT', 0, 1)[1] then
+      fail('RESERVED', 'keep_newest would displace a reserved message of ' .. queue)
+    end
+    displaced.pending = redis.call('ZRANGE', K_PENDING, lo, cut, 'BYLEX')
+    displaced.delayed = redis.call('ZRANGE', K_DELAYED, lo, cut, 'BYLEX')
+    for _, list in pairs(displaced) do
+      for _, member in ipairs(list) do
+        if redis.call('HEXISTS', K_BODIES, mid(member)) == 0 then
+          fail('CORRUPT', 'message ' .. mid(member) .. ' has no body')
+        end
+      end
+    end
+  end
+end
+
+local member = mem(queue, id)
+redis.call('HSET', K_BODIES, id, body)
+if delay > 0 then
+  redis.call('ZADD', K_DELAYED, 0, member)
+  redis.call('ZADD', K_DUE, string.format('%.0f', now_us() + delay), member)
+else
+  redis.call('ZADD', K_PENDING, 0, member)
+end
+register(queue)
+redis.call('HSET', K_META, 'last_ts', id)
+if displaced.pending and #displaced.pending > 0 then
+  zrem_all(K_PENDING, displaced.pending)
+  zadd_all(K_CLAIMED, displaced.pending)
+end
+if displaced.delayed and #displaced.delayed > 0 then
+  zrem_all(K_DELAYED, displaced.delayed)
+  zrem_all(K_DUE, displaced.delayed)
+  zadd_all(K_CLAIMED, displaced.delayed)
+end
+wake(queue)
+return id

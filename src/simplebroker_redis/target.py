@@ -1,0 +1,108 @@
+"""Namespace lifecycle: initialize, validate and clean up a target namespace."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from simplebroker.ext import DatabaseError
+
+from .runner import RedisRunner, forget_shared_runners
+
+#: Oldest server major version with every command the scripts use.
+MIN_SERVER_MAJOR: Final[int] = 7
+
+_SCAN_COUNT: Final[int] = 1000
+
+
+def check_server_version(runner: RedisRunner) -> None:
+    """Refuse servers older than Redis/Valkey 7 with a clear error."""
+    info = runner.execute(lambda client: client.info("server"), idempotent=True)
+    version = str(info.get("valkey_version") or info.get("redis_version") or "0")
+    major = int(version.split(".")[0] or 0)
+    if major < MIN_SERVER_MAJOR:
+        raise DatabaseError(
+            f"{runner.where} runs server version {version}; simplebroker-redis "
+            "needs Valkey 7+ or Redis 7+"
+        )
+
+
+def _first_namespace_key(runner: RedisRunner) -> str | None:
+    pattern = runner.keys.scan_pattern
+
+    def scan(client: Any) -> str | None:
+        for key in client.scan_iter(match=pattern, count=_SCAN_COUNT):
+            return str(key)
+        return None
+
+    result: str | None = runner.execute(scan, idempotent=True)
+    return result
+
+
+def initialize(runner: RedisRunner) -> None:
+    """Create the namespace meta record unless it exists (idempotent).
+
+    A namespace without meta that already holds keys under our prefix is
+    refused: it was not made by this product, or was damaged.
+    """
+    state = runner.call("init", ["check"], idempotent=True)
+    if state == "ready":
+        return
+    stray = _first_namespace_key(runner)
+    if stray is not None:
+        raise DatabaseError(
+            f"{runner.where} holds key {stray!r} but no simplebroker-redis meta "
+            "record; refusing to adopt a namespace this product did not create"
+        )
+    runner.call("init", ["init"])
+
+
+def validate(runner: RedisRunner, *, verify_initialized: bool) -> None:
+    """Check meta, schema version and key types (one round trip)."""
+    state = runner.call("init", ["check"], idempotent=True)
+    if state == "absent" and verify_initialized:
+        raise DatabaseError(f"{runner.where} is not initialized")
+
+
+def cleanup(runner: RedisRunner) -> bool:
+    """Delete exactly this namespace's keys; return whether any existed.
+
+    Refuses (before deleting anything) when the meta record belongs to
+    something else. Never runs FLUSHDB or FLUSHALL.
+    """
+    keys = runner.keys
+
+    def read_magic(client: Any) -> tuple[str, Any]:
+        kind = str(client.type(keys.meta))
+        return kind, (client.hget(keys.meta, "magic") if kind == "hash" else None)
+
+    kind, magic = runner.execute(read_magic, idempotent=True)
+    if kind != "none" and (kind != "hash" or magic != "simplebroker-redis"):
+        raise DatabaseError(
+            f"{runner.where} meta record is not a simplebroker-redis namespace; "
+            "refusing to delete it"
+        )
+    fixed = list(keys.fixed_keys)
+    deleted = int(
+        runner.execute(
+            lambda client: runner.scripts.cleanup(
+                keys=fixed, args=[keys.wake_prefix], client=client
+            )
+        )
+    )
+
+    def sweep(client: Any) -> int:
+        count = 0
+        batch: list[str] = []
+        for key in client.scan_iter(match=keys.scan_pattern, count=_SCAN_COUNT):
+            batch.append(key)
+            if len(batch) >= _SCAN_COUNT:
+                count += int(client.unlink(*batch))
+                batch.clear()
+        if batch:
+            count += int(client.unlink(*batch))
+        return count
+
+    deleted += int(runner.execute(sweep))
+    forget_shared_runners(keys.namespace)
+    runner._initialized = False
+    return deleted > 0
