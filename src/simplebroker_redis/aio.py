@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from simplebroker.ext import DatabaseError
+from simplebroker import resolve_config
+from simplebroker.ext import DatabaseError, TimestampError
 
 from .activity import listener_for
-from .errors import translate
+from .errors import ScriptConflict, translate
 from .keys import format_id
 from .leases import (
     Lease,
@@ -41,6 +43,7 @@ from .leases import (
 )
 from .runner import RedisRunner
 from .scripts import ScriptName, Scripts
+from .validation import validate_message, validate_queue_name
 
 T = TypeVar("T")
 
@@ -147,6 +150,65 @@ class AsyncRedisRunner:
         client, self._client, self._scripts, self._owner = self._client, None, None, None
         if client is not None:
             await client.aclose()
+
+
+_COUNTER_MASK = 0xFFF
+
+
+class AsyncMessages:
+    """Writes from asyncio code: one round trip (one script) per message.
+
+    Candidate IDs follow SimpleBroker's hybrid encoding on this process's
+    clock; the write script takes the larger of the candidate and the
+    durable high-water + 1, exactly as for synchronous writes.
+    """
+
+    def __init__(self, runner: AsyncRedisRunner, *, max_message_size: int | None = None) -> None:
+        self.runner = runner
+        self._last = 0
+        self._max = max_message_size or int(resolve_config()["MAX_MESSAGE_SIZE"])
+
+    async def _candidate(self) -> int:
+        waited = 0.0
+        while True:
+            now = time.time_ns() & ~_COUNTER_MASK
+            last_phys, counter = self._last & ~_COUNTER_MASK, self._last & _COUNTER_MASK
+            if now > last_phys:
+                return now
+            if counter < _COUNTER_MASK:
+                return self._last + 1
+            if waited > 1.0:
+                raise TimestampError("Logical counter exhausted while waiting for clock to advance")
+            await asyncio.sleep(0.0001)
+            waited += 0.0001
+
+    async def write(self, queue: str, body: str, *, delay_seconds: float = 0.0) -> int:
+        """Write ``body`` to ``queue``; with a delay it is claimable only later."""
+        validate_queue_name(queue)
+        validate_message(body, self._max)
+        if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)):
+            raise TypeError("delay_seconds must be a number")
+        delay_us = max(0, round(delay_seconds * 1_000_000))
+        deadline = time.monotonic() + 30.0
+        sleep = 0.001
+        while True:
+            candidate = format_id(await self._candidate())
+            try:
+                committed = int(
+                    await self.runner.call("write", [queue, body, candidate, 0, delay_us])
+                )
+            except ScriptConflict as conflict:
+                self._last = max(self._last, int(conflict.detail.split()[0]))
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"Failed to allocate a message ID in {self.runner.where}"
+                    ) from conflict
+                if conflict.code != "CLOCK":
+                    await asyncio.sleep(sleep)
+                    sleep = min(sleep * 2, 0.25)
+                continue
+            self._last = max(self._last, committed)
+            return committed
 
 
 class AsyncLeases:

@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 from typing import Final
 
-from simplebroker.ext import QueueNameError
+from simplebroker.ext import MessageError, QueueNameError
 
 from .keys import format_id
 
@@ -41,3 +41,21 @@ def validate_queue_name(queue: object) -> str:
 def optional_id(value: int | None) -> str:
     """Return the 19-digit form of an optional bound ('' for None)."""
     return "" if value is None else format_id(value)
+
+
+def validate_message(message: object, max_size: int) -> str:
+    """Return ``message`` if it is UTF-8 text of at most ``max_size`` bytes."""
+    if not isinstance(message, str):
+        raise MessageError("Message body must be a string")
+    try:
+        size = len(message.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise MessageError(
+            "Message must be UTF-8 encodable (lone surrogates are not allowed)"
+        ) from exc
+    if size > max_size:
+        raise MessageError(
+            f"Message size ({size} bytes) exceeds maximum allowed size "
+            f"({max_size} bytes). Adjust BROKER_MAX_MESSAGE_SIZE if needed."
+        )
+    return message

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from simplebroker import resolve_config
 from simplebroker.ext import (
     MaintenanceSchedule,
-    MessageError,
     vacuum_is_eligible,
 )
 
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
 from ..ids import HighWaterClock
 from ..runner import RedisRunner
 from ..scripts import ScriptName
+from ..validation import validate_message
 
 _VACUUM_SCRIPT_BATCH: Final[int] = 10_000
 
@@ -86,21 +86,7 @@ class CoreBase:
         return self._runner.call(script, args, idempotent=idempotent)
 
     def _validate_message(self, message: object) -> str:
-        if not isinstance(message, str):
-            raise MessageError("Message body must be a string")
-        try:
-            size = len(message.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise MessageError(
-                "Message must be UTF-8 encodable (lone surrogates are not allowed)"
-            ) from exc
-        if size > self._max_message_size:
-            raise MessageError(
-                f"Message size ({size} bytes) exceeds maximum allowed size "
-                f"({self._max_message_size} bytes). Adjust BROKER_MAX_MESSAGE_SIZE "
-                "if needed."
-            )
-        return message
+        return validate_message(message, self._max_message_size)
 
     # -- maintenance -----------------------------------------------------------
     def _record_activity(self, completed: int) -> None:
