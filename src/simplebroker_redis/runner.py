@@ -25,6 +25,7 @@ from simplebroker.ext import BackendPlugin as _BackendPlugin
 from simplebroker.ext import DatabaseError, OperationalError
 
 from .errors import translate
+from .ids import HighWaterClock
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .options import (
     BackendOptions,
@@ -103,6 +104,7 @@ class RedisRunner:
         self._scripts: Scripts | None = None
         self._initialized = False
         self._closed = False
+        self._clock: HighWaterClock | None = None
 
     def __repr__(self) -> str:
         return f"RedisRunner({redact_target(self.target)!r}, namespace={self.options.namespace!r})"
@@ -113,6 +115,23 @@ class RedisRunner:
         from .plugin import redis_backend_plugin
 
         return cast("_BackendPlugin", redis_backend_plugin)
+
+    @property
+    def clock(self) -> HighWaterClock:
+        """Return the process-wide cache of the durable high-water mark.
+
+        Shared by every core on this runner, so a short-lived core (an
+        ephemeral ``Queue`` operation) does not re-read the high-water.
+        """
+        clock = self._clock
+        if clock is None:
+            from .plugin import redis_backend_plugin
+
+            # SimpleBroker's generator reads/advances last_ts through the
+            # plugin's read_last_ts/advance_last_ts hooks with this runner.
+            clock = HighWaterClock(self, backend_plugin=redis_backend_plugin)  # type: ignore[arg-type]
+            self._clock = clock
+        return clock
 
     @property
     def identity(self) -> tuple[str, str | None, str]:
@@ -222,6 +241,17 @@ class RedisRunner:
         self.execute(lambda client: self.scripts.init(keys=keys, args=argv, client=client))
         self._initialized = True
 
+    @property
+    def initialized(self) -> bool:
+        """Return whether this process already initialized or validated the namespace."""
+        return self._initialized and self._pid == os.getpid()
+
+    def mark_initialized(self, value: bool = True) -> None:
+        """Record (or forget) that the namespace is known to be initialized."""
+        self._initialized = value
+        if value:
+            self._pid = os.getpid()
+
     def close(self) -> None:
         """Disconnect this process's pool; the runner reconnects on next use."""
         with self._lock:
@@ -279,7 +309,7 @@ def forget_shared_runners(namespace: str | None = None) -> None:
         for key in list(_SHARED):
             runner = _SHARED[key]
             if namespace is None or runner.options.namespace == namespace:
-                runner._initialized = False
+                runner.mark_initialized(False)
 
 
 @atexit.register

@@ -59,8 +59,11 @@ def initialize(runner: RedisRunner) -> None:
 def validate(runner: RedisRunner, *, verify_initialized: bool) -> None:
     """Check meta, schema version and key types (one round trip)."""
     state = runner.call("init", ["check"], idempotent=True)
-    if state == "absent" and verify_initialized:
-        raise DatabaseError(f"{runner.where} is not initialized")
+    if state == "absent":
+        if verify_initialized:
+            raise DatabaseError(f"{runner.where} is not initialized")
+        return
+    runner.mark_initialized()
 
 
 def cleanup(runner: RedisRunner) -> bool:
@@ -104,5 +107,4 @@ def cleanup(runner: RedisRunner) -> bool:
 
     deleted += int(runner.execute(sweep))
     forget_shared_runners(keys.namespace)
-    runner._initialized = False
     return deleted > 0

@@ -16,7 +16,6 @@ from simplebroker.ext import (
 if TYPE_CHECKING:
     from simplebroker._constants import Config
 
-from ..ids import HighWaterClock
 from ..runner import RedisRunner
 from ..scripts import ScriptName
 from ..validation import validate_message
@@ -43,9 +42,7 @@ class CoreBase:
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._closed = False
-        from ..plugin import redis_backend_plugin
-
-        self._clock = HighWaterClock(runner, backend_plugin=redis_backend_plugin)  # type: ignore[arg-type]  # the runner is BackendAware, not a SQLRunner
+        self._clock = runner.clock
         self._maintenance = MaintenanceSchedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
         self._alias_cache: dict[str, str] = {}
         self._alias_cache_version = -1

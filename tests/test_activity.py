@@ -1,0 +1,263 @@
+"""Pub/Sub activity waiters: wake-ups, close semantics, reconnects, watchers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from simplebroker import BrokerTarget, Queue, QueueWatcher, create_activity_waiter_for_queues
+
+from simplebroker_redis import redis_backend_plugin
+from simplebroker_redis.activity import Listener, listener_for
+
+
+@pytest.fixture
+def target(redis_url: str, namespace: str) -> BrokerTarget:
+    redis_backend_plugin.initialize_target(redis_url, backend_options={"namespace": namespace})
+    return BrokerTarget("redis", redis_url, {"namespace": namespace})
+
+
+def _waiter(redis_url, namespace, queue, stop=None):
+    return redis_backend_plugin.create_activity_waiter(
+        target=redis_url,
+        backend_options={"namespace": namespace},
+        queue_name=queue,
+        stop_event=stop or threading.Event(),
+    )
+
+
+def test_wakes_on_its_queue_only_and_times_out(redis_url, namespace, broker):
+    waiter = _waiter(redis_url, namespace, "jobs")
+    try:
+        started = time.monotonic()
+        assert waiter.wait(0.2) is False
+        assert time.monotonic() - started >= 0.19
+        broker.write("other", "x")
+        assert waiter.wait(0.2) is False
+        broker.write("jobs", "x")
+        assert waiter.wait(2) is True
+        assert waiter.wait(0.05) is False  # one wake-up is consumed once
+    finally:
+        waiter.close()
+
+
+@pytest.mark.parametrize("operation", ["write", "insert", "move", "broadcast", "rollback"])
+def test_every_path_to_pending_publishes(redis_url, namespace, broker, operation):
+    broker.write("src", "seed")
+    waiter = _waiter(redis_url, namespace, "jobs")
+    try:
+        assert waiter.wait(0.05) is False
+        if operation == "write":
+            broker.write("jobs", "x")
+        elif operation == "insert":
+            broker.insert_messages([("jobs", "x", 10**18)])
+        elif operation == "move":
+            broker.move_one("src", "jobs")
+        elif operation == "broadcast":
+            broker.broadcast("x", queue_names=["jobs"], create_missing=True)
+        else:
+            broker.write("jobs", "x")
+            assert waiter.wait(2) is True
+            gen = broker.claim_generator("jobs", delivery_guarantee="at_least_once")
+            next(gen)
+            gen.close()
+        assert waiter.wait(2) is True
+    finally:
+        waiter.close()
+
+
+def test_stop_event_ends_wait_promptly(redis_url, namespace):
+    stop = threading.Event()
+    waiter = _waiter(redis_url, namespace, "jobs", stop)
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    assert waiter.wait(5) is False
+    assert time.monotonic() - started < 1.0
+    waiter.close()
+
+
+def test_multi_queue_waiter_through_simplebroker(target, broker):
+    queues = [Queue("a", db_path=target), Queue("b", db_path=target)]
+    stop = threading.Event()
+    waiter = create_activity_waiter_for_queues(queues, stop_event=stop)
+    assert waiter is not None
+    try:
+        assert waiter.wait(0.05) is False
+        broker.write("b", "x")
+        assert waiter.wait(2) is True
+        broker.write("a", "x")
+        assert waiter.wait(2) is True
+        broker.write("c", "x")
+        assert waiter.wait(0.1) is False
+    finally:
+        waiter.close()
+        for queue in queues:
+            queue.close()
+
+
+def test_close_is_terminal_and_reports_every_cleanup_failure(redis_url, namespace, monkeypatch):
+    waiter = redis_backend_plugin.create_activity_waiter_for_queues(
+        target=redis_url,
+        backend_options={"namespace": namespace},
+        queue_names=["a", "b", "c"],
+        stop_event=threading.Event(),
+    )
+    attempted: list[str] = []
+    real = Listener.unregister
+
+    def flaky(self: Listener, channel: str, callback: object) -> None:
+        attempted.append(channel)
+        real(self, channel, callback)  # type: ignore[arg-type]
+        if not channel.endswith(":c"):
+            raise ConnectionError(f"cannot unsubscribe {channel}")
+
+    monkeypatch.setattr(Listener, "unregister", flaky)
+    with pytest.raises(ConnectionError, match=":a") as info:
+        waiter.close()
+    assert [c.rsplit(":", 1)[1] for c in attempted] == ["a", "b", "c"]
+    assert any(":b" in note for note in info.value.__notes__)
+    waiter.close()  # later calls are no-ops, even after a failed first close
+    assert len(attempted) == 3
+
+
+def test_listener_reconnects_after_client_kill_and_wakes_everyone(
+    redis_url, namespace, raw, broker
+):
+    waiter = _waiter(redis_url, namespace, "jobs")
+    listener = listener_for(broker.runner)
+    before = listener.reconnects
+    assert raw.client_kill_filter(_type="pubsub") >= 1
+    assert waiter.wait(5) is True  # the reconnect wake-up
+    assert listener.reconnects > before
+    assert waiter.wait(0.05) is False
+    broker.write("jobs", "after reconnect")
+    assert waiter.wait(2) is True
+    waiter.close()
+
+
+def _child_waits(url: str, namespace: str, result: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from simplebroker_redis.core import RedisBrokerCore
+    from simplebroker_redis.runner import RedisRunner
+
+    waiter = _waiter(url, namespace, "jobs")
+    core = RedisBrokerCore(RedisRunner(url, namespace=namespace))
+    core.write("jobs", f"from child {os.getpid()}")
+    result.put(waiter.wait(5))
+
+
+def test_forked_child_gets_its_own_listener(redis_url, namespace, broker):
+    parent_waiter = _waiter(redis_url, namespace, "jobs")
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_child_waits, args=(redis_url, namespace, result))
+    child.start()
+    assert result.get(timeout=20) is True
+    child.join(timeout=10)
+    assert child.exitcode == 0
+    assert parent_waiter.wait(2) is True  # the child's write woke the parent too
+    parent_waiter.close()
+
+
+def test_queue_watcher_end_to_end(target, broker):
+    received: list[str] = []
+    got = threading.Event()
+
+    def handler(body: str, _id: int) -> None:
+        received.append(body)
+        if len(received) == 3:
+            got.set()
+
+    queue = Queue("watched", db_path=target)
+    watcher = QueueWatcher(queue, handler)
+    thread = watcher.run_in_thread()
+    try:
+        time.sleep(0.2)
+        for i in range(3):
+            broker.write("watched", f"w{i}")
+        assert got.wait(5)
+        assert received == ["w0", "w1", "w2"]
+        assert broker.get_queue_stat("watched").claimed == 3
+    finally:
+        watcher.stop()
+        thread.join(timeout=5)
+        queue.close()
+
+
+def test_idle_watcher_costs_at_most_one_command_per_second(target, raw):
+    queue = Queue("idle", db_path=target)
+    watcher = QueueWatcher(queue, lambda body, _id: None)
+    thread = watcher.run_in_thread()
+    try:
+        time.sleep(1.0)  # settle: initial drain and subscription
+        before = raw.info("commandstats")
+        time.sleep(3.0)
+        after = raw.info("commandstats")
+        # Client round trips are EVALSHA calls (commands run inside a script
+        # are counted separately by the server); nothing else is sent.
+        sent = {
+            name: after[name]["calls"] - before.get(name, {"calls": 0})["calls"]
+            for name in after
+            if name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_ping", "cmdstat_hget")
+        }
+        assert 1 <= sum(sent.values()) <= 3, sent
+    finally:
+        watcher.stop()
+        thread.join(timeout=5)
+        queue.close()
+
+
+def test_broker_watch_cli_on_redis(redis_url, namespace, tmp_path: Path, broker):
+    (tmp_path / ".broker.toml").write_text(
+        f'version = 1\nbackend = "redis"\ntarget = "{redis_url}"\n\n'
+        f'[backend_options]\nnamespace = "{namespace}"\n',
+        encoding="utf-8",
+    )
+    broker_cli = Path(sys.executable).with_name("broker")
+    proc = subprocess.Popen(
+        [str(broker_cli), "watch", "cli-jobs"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        broker.write("cli-jobs", "hello from the API")
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "hello from the API"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_waiter_survives_server_restart(tmp_path: Path):
+    from simplebroker_redis.core import RedisBrokerCore
+    from simplebroker_redis.devserver import DevServer
+    from simplebroker_redis.runner import RedisRunner
+
+    server = DevServer(data_dir=str(tmp_path / "srv")).start()
+    try:
+        waiter = _waiter(server.url, "restart", "jobs")
+        server.kill()
+        time.sleep(0.3)
+        DevServer(data_dir=server.data_dir, port=server.port).start()
+        assert waiter.wait(10) is True  # woken once after the reconnect
+        core = RedisBrokerCore(RedisRunner(server.url, namespace="restart"))
+        core.write("jobs", "x")
+        assert waiter.wait(5) is True
+        waiter.close()
+    finally:
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        server.stop()

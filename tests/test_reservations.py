@@ -1,0 +1,276 @@
+"""At-least-once generators, stale-batch recovery and the lease API."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from simplebroker_redis import Leases, RedisRunner, ReservationConflict, ReservationLost
+from simplebroker_redis.core import RedisBrokerCore
+
+
+def _fill(core: RedisBrokerCore, queue: str, count: int) -> list[int]:
+    return [core.write(queue, f"m{i}") for i in range(count)]
+
+
+def _core(redis_url: str, namespace: str, **options: float) -> RedisBrokerCore:
+    return RedisBrokerCore(RedisRunner(redis_url, namespace=namespace, **options))  # type: ignore[arg-type]
+
+
+def test_batch_commits_only_after_the_whole_batch_was_yielded(broker):
+    ids = _fill(broker, "jobs", 5)
+    gen = broker.claim_generator("jobs", delivery_guarantee="at_least_once", batch_size=3)
+    seen = [next(gen) for _ in range(3)]
+    assert [i for _, i in seen] == ids[:3]
+    # Reserved, not yet committed: still pending for observers...
+    assert broker.get_queue_stat("jobs").pending == 5
+    assert [i for _, i in broker.peek_many("jobs", 10)] == ids
+    # ...but nobody else can claim, move or delete them.
+    assert broker.claim_one("jobs", exact_timestamp=ids[0]) is None
+    assert broker.move_one("jobs", "elsewhere", exact_timestamp=ids[1]) is None
+    with pytest.raises(ReservationConflict):
+        broker.delete_message_ids("jobs", [ids[2]])
+    assert broker.claim_one("jobs") == ("m3", ids[3])
+    assert next(gen) == ("m4", ids[4])  # commits the first batch, reserves the next
+    stat = broker.get_queue_stat("jobs")
+    assert (stat.pending, stat.claimed) == (1, 4)
+    assert list(gen) == []
+    assert broker.get_queue_stat("jobs").claimed == 5
+
+
+def test_early_close_rolls_back_with_same_ids_and_order(broker, raw, namespace):
+    ids = _fill(broker, "jobs", 4)
+    gen = broker.claim_generator("jobs", delivery_guarantee="at_least_once", batch_size=10)
+    assert next(gen)[1] == ids[0]
+    assert next(gen)[1] == ids[1]
+    gen.close()
+    assert [i for _, i in broker.peek_many("jobs", 10)] == ids
+    assert broker.get_queue_stat("jobs").claimed == 0
+    assert raw.hlen(f"sb:{{{namespace}}}:tokens") == 0
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
+    assert [i for _, i in broker.claim_many("jobs", 10)] == ids
+
+
+def test_move_generator_at_least_once_moves_on_commit(broker):
+    ids = _fill(broker, "src", 3)
+    moved = list(broker.move_generator("src", "dst", delivery_guarantee="at_least_once"))
+    assert [i for _, i in moved] == ids
+    assert broker.queue_exists("src") is False
+    assert [i for _, i in broker.peek_many("dst", 10)] == ids
+    _fill(broker, "src", 2)
+    gen = broker.move_generator("src", "dst", delivery_guarantee="at_least_once")
+    next(gen)
+    gen.close()
+    assert broker.get_queue_stat("src").pending == 2
+    assert broker.get_queue_stat("dst").pending == 3
+
+
+def test_exception_inside_batch_rolls_back(broker):
+    ids = _fill(broker, "jobs", 3)
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        for body, _ in broker.claim_generator("jobs", delivery_guarantee="at_least_once"):
+            if body == "m1":
+                raise Boom
+    assert [i for _, i in broker.peek_many("jobs", 10)] == ids
+
+
+def test_cross_thread_use_fails_loudly_and_keeps_state(broker):
+    ids = _fill(broker, "jobs", 3)
+    gen = broker.claim_generator("jobs", delivery_guarantee="at_least_once")
+    assert next(gen)[1] == ids[0]
+    errors: list[BaseException] = []
+
+    def resume() -> None:
+        try:
+            next(gen)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=resume)
+    with pytest.warns(RuntimeWarning, match="thread"):
+        thread.start()
+        thread.join()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert "thread" in str(errors[0])
+    assert [i for _, i in broker.peek_many("jobs", 10)] == ids
+    assert [i for _, i in broker.claim_many("jobs", 10)] == ids
+
+
+def test_stale_batch_is_recovered_by_a_reader_and_late_commit_reports_loss(redis_url, namespace):
+    holder = _core(redis_url, namespace, stale_batch_seconds=0.2)
+    other = _core(redis_url, namespace)
+    ids = _fill(holder, "jobs", 2)
+    gen = holder.claim_generator("jobs", delivery_guarantee="at_least_once")
+    next(gen)
+    assert other.claim_one("jobs") is None
+    time.sleep(0.3)
+    assert [i for _, i in other.claim_many("jobs", 10)] == ids  # recovered on read
+    next(gen)
+    with pytest.raises(ReservationLost):
+        next(gen)
+
+
+def test_negative_stale_batch_seconds_disables_recovery(redis_url, namespace):
+    holder = _core(redis_url, namespace, stale_batch_seconds=-1)
+    other = _core(redis_url, namespace)
+    _fill(holder, "jobs", 1)
+    gen = holder.claim_generator("jobs", delivery_guarantee="at_least_once")
+    next(gen)
+    time.sleep(0.2)
+    assert other.recover_stale() == 0
+    assert other.claim_one("jobs") is None
+    gen.close()
+    assert other.claim_one("jobs") is not None
+
+
+def test_quiet_queue_gets_stranded_messages_back_by_explicit_recovery(redis_url, namespace):
+    holder = _core(redis_url, namespace, stale_batch_seconds=0.1)
+    _fill(holder, "quiet", 3)
+    gen = holder.claim_generator("quiet", delivery_guarantee="at_least_once")
+    next(gen)
+    time.sleep(0.2)
+    other = _core(redis_url, namespace)
+    assert other.recover_stale("quiet") == 3
+    assert other.recover_stale() == 0
+    assert other.get_queue_stat("quiet").pending == 3
+
+
+def test_lease_reserve_ack_release_and_delivery_counts(runner, broker):
+    leases = Leases(runner)
+    ids = _fill(broker, "tasks", 4)
+    lease = leases.reserve("tasks", 3, 30)
+    assert lease.ids == tuple(ids[:3])
+    assert [m.deliveries for m in lease.messages] == [1, 1, 1]
+    assert lease.deadline_ns is not None and lease.deadline_ns - lease.created_ns == 30 * 10**9
+    assert leases.ack(lease.token, [ids[0]]).settled == 1
+    assert leases.ack(lease.token, [ids[1]], delete=True).settled == 1
+    assert leases.release(lease.token, [ids[2]]) == 1
+    assert leases.ack(lease.token, [ids[2]]).lost == 1  # no longer held
+    stat = broker.get_queue_stat("tasks")
+    assert (stat.pending, stat.claimed) == (2, 1)
+    assert broker.peek_one("tasks", exact_timestamp=ids[1]) is None
+    again = leases.reserve("tasks", 10, 30)
+    assert again.ids == (ids[2], ids[3])
+    assert [m.deliveries for m in again.messages] == [2, 1]
+    assert leases.deliveries(ids[2]) == 2
+    assert leases.release(again.token, undeliver=True) == 2
+    assert leases.deliveries(ids[2]) == 1
+
+
+def test_release_with_delay_hides_then_returns_messages(runner, broker):
+    leases = Leases(runner)
+    (mid,) = _fill(broker, "tasks", 1)
+    lease = leases.reserve("tasks", 1, 30)
+    assert leases.release(lease.token, delay_seconds=0.3) == 1
+    assert broker.get_queue_stat("tasks").pending == 1  # delayed is still pending...
+    assert broker.claim_one("tasks") is None  # ...but not claimable yet
+    soon = leases.reserve("tasks", 1, 30)
+    assert soon.messages == () and soon.next_due_seconds is not None
+    assert 0 < soon.next_due_seconds <= 0.3
+    time.sleep(0.35)
+    assert broker.claim_one("tasks") == ("m0", mid)
+
+
+def test_renewal_keeps_a_long_holder_safe_past_several_lease_lengths(runner, broker):
+    leases = Leases(runner)
+    _fill(broker, "tasks", 1)
+    lease = leases.reserve("tasks", 1, 0.2)
+    for _ in range(6):  # 0.6 s = three lease lengths
+        time.sleep(0.1)
+        assert leases.renew([lease.token]) == set()
+        assert leases.recover().released == 0
+    assert leases.ack(lease.token).settled == 1
+    assert leases.renew([lease.token]) == {lease.token}
+
+
+def test_two_recoverers_never_recover_the_same_token_twice(runner, broker, redis_url, namespace):
+    leases = Leases(runner)
+    _fill(broker, "tasks", 50)
+    tokens = [leases.reserve("tasks", 5, 0.05).token for _ in range(10)]
+    assert len(set(tokens)) == 10
+    time.sleep(0.1)
+    results: list[int] = []
+
+    def recover() -> None:
+        mine = Leases(RedisRunner(redis_url, namespace=namespace))
+        total = 0
+        for _ in range(20):
+            total += mine.recover("tasks", max_tokens=1).released
+        results.append(total)
+
+    threads = [threading.Thread(target=recover) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(results) == 50
+    assert broker.get_queue_stat("tasks").pending == 50
+    assert len(broker.claim_many("tasks", 100)) == 50
+
+
+def test_recovery_racing_a_commit_never_loses_or_duplicates(runner, broker, redis_url, namespace):
+    leases = Leases(runner)
+    for round_ in range(20):
+        queue = f"race{round_}"
+        ids = _fill(broker, queue, 3)
+        lease = leases.reserve(queue, 3, 0.01)
+        time.sleep(0.02)
+        other = Leases(RedisRunner(redis_url, namespace=namespace))
+        outcome: list[int] = []
+
+        def recover(mine: Leases = other, name: str = queue, out: list[int] = outcome) -> None:
+            out.append(mine.recover(name).released)
+
+        racer = threading.Thread(target=recover)
+        racer.start()
+        settled = leases.ack(lease.token)
+        racer.join()
+        recovered = outcome[0]
+        assert settled.settled + recovered == 3
+        stat = broker.get_queue_stat(queue)
+        assert (stat.pending, stat.claimed) == (recovered, settled.settled)
+        assert sorted(i for _, i in broker.peek_many(queue, 10, include_claimed=True)) == ids
+
+
+def test_delete_racing_a_reservation(broker, runner):
+    leases = Leases(runner)
+    _fill(broker, "a", 2)
+    _fill(broker, "b", 2)
+    _fill(broker, "c", 2)
+    lease = leases.reserve("b", 1, 30)
+    with pytest.raises(ReservationConflict):
+        broker.delete("b")
+    assert broker.get_queue_stat("b").total == 2
+    with pytest.raises(ReservationConflict):
+        broker.delete()
+    # Registry order is a, b, c: a was deleted, b and c stay intact.
+    assert broker.queue_exists("a") is False
+    assert broker.get_queue_stat("b").total == 2
+    assert broker.get_queue_stat("c").total == 2
+    with pytest.raises(ReservationConflict):
+        broker.delete_from_queues(["c", "b"])
+    assert broker.get_queue_stat("c").total == 2
+    leases.ack(lease.token)
+    assert broker.delete() == 4
+    assert broker.list_queues() == []
+
+
+def test_max_deliveries_sends_expired_message_to_dead_letter(runner, broker):
+    leases = Leases(runner)
+    (mid,) = _fill(broker, "tasks", 1)
+    for attempt in (1, 2):
+        lease = leases.reserve("tasks", 1, 0.01, max_deliveries=2, dead_letter="tasks.dead")
+        assert lease.messages[0].deliveries == attempt
+        time.sleep(0.02)
+        assert leases.recover().released == 1
+    assert broker.peek_many("tasks", 10) == []
+    assert broker.peek_many("tasks.dead", 10) == [("m0", mid)]
+    lease = leases.reserve("tasks.dead", 1, 30)
+    assert leases.reject(lease.token, None, "tasks.final").settled == 1
+    assert broker.peek_many("tasks.final", 10) == [("m0", mid)]
