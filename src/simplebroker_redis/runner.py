@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from simplebroker import resolve_config
 from simplebroker.ext import BackendPlugin as _BackendPlugin
-from simplebroker.ext import DatabaseError, OperationalError
+from simplebroker.ext import DatabaseError, MaintenanceSchedule, OperationalError
 
 from .errors import translate
 from .ids import HighWaterClock
@@ -105,6 +105,8 @@ class RedisRunner:
         self._initialized = False
         self._closed = False
         self._clock: HighWaterClock | None = None
+        self._schedules: dict[int, MaintenanceSchedule] = {}
+        self.maintenance_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisRunner({redact_target(self.target)!r}, namespace={self.options.namespace!r})"
@@ -132,6 +134,14 @@ class RedisRunner:
             clock = HighWaterClock(self, backend_plugin=redis_backend_plugin)  # type: ignore[arg-type]
             self._clock = clock
         return clock
+
+    def maintenance_schedule(self, interval: int) -> MaintenanceSchedule:
+        """Return the process-wide maintenance schedule for ``interval``."""
+        with self.maintenance_lock:
+            schedule = self._schedules.get(interval)
+            if schedule is None:
+                schedule = self._schedules[interval] = MaintenanceSchedule(interval)
+            return schedule
 
     @property
     def identity(self) -> tuple[str, str | None, str]:
@@ -165,6 +175,7 @@ class RedisRunner:
             # Forked child: drop the parent's pool and lock without touching
             # its sockets (redis-py only shuts sockets down in their own pid).
             self._lock = threading.Lock()
+            self.maintenance_lock = threading.Lock()
             self._pid = pid
             self._client = None
             self._scripts = None

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from simplebroker import resolve_config
 from simplebroker.ext import (
-    MaintenanceSchedule,
     vacuum_is_eligible,
 )
 
@@ -43,7 +42,9 @@ class CoreBase:
         self._lock = threading.RLock()
         self._closed = False
         self._clock = runner.clock
-        self._maintenance = MaintenanceSchedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
+        # One schedule per runner: short-lived cores (ephemeral Queue
+        # operations) still add up to a maintenance pass.
+        self._maintenance = runner.maintenance_schedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
         self._alias_cache: dict[str, str] = {}
         self._alias_cache_version = -1
         runner.ensure_initialized()
@@ -90,16 +91,17 @@ class CoreBase:
         """Count committed messages; every AUTO_VACUUM_INTERVAL run upkeep."""
         if self._config["AUTO_VACUUM"] != 1 or completed <= 0:
             return
-        with self._lock:
+        with self._runner.maintenance_lock:
             if not self._maintenance.record(completed):
                 return
+            # Consume the interval now so concurrent cores do not all run it.
+            self._maintenance.mark_check_succeeded()
         try:
             self._runner.call("recover", ["", 256])
             if self._vacuum_due():
                 self._vacuum_claimed()
-        except Exception:  # noqa: BLE001 - maintenance is best effort
+        except Exception:  # noqa: BLE001 - maintenance is best effort, retried next interval
             return
-        self._maintenance.mark_check_succeeded()
 
     def _vacuum_due(self) -> bool:
         keys = self._runner.keys
