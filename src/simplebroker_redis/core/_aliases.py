@@ -48,6 +48,7 @@ class AliasesMixin(CoreBase):
 
     def add_alias(self, name: str, target: str) -> None:
         """Add alias ``name`` -> ``target`` after validating the live alias map."""
+        self._guard("add_alias")
         if name == target:
             raise ValueError("Alias and target must differ")
         if target.startswith("@"):
@@ -69,4 +70,5 @@ class AliasesMixin(CoreBase):
 
     def remove_alias(self, name: str) -> None:
         """Remove alias ``name`` (messages stay in the canonical queue)."""
+        self._guard("remove_alias")
         self._call("alias_remove", name, time.time_ns())

@@ -35,6 +35,8 @@ class CoreBase:
     ) -> None:
         self._config = resolve_config(config=cast("Config | None", config))
         self._max_message_size = int(self._config["MAX_MESSAGE_SIZE"])
+        from ..plugin import redis_backend_plugin
+
         self._runner = runner
         self._owns_runner = owns_runner
         self._stop_event = stop_event or threading.Event()
@@ -45,8 +47,10 @@ class CoreBase:
         # One schedule per runner: short-lived cores (ephemeral Queue
         # operations) still add up to a maintenance pass.
         self._maintenance = runner.maintenance_schedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
-        self._alias_cache: dict[str, str] = {}
-        self._alias_cache_version = -1
+        self._conflicts = {"ts_conflict_count": 0, "ts_resync_count": 0}
+        self._backend_plugin = redis_backend_plugin
+        # thread id -> generator kind, while that thread yields an open batch
+        self._open_batches: dict[int, str] = {}
         runner.ensure_initialized()
 
     # -- lifecycle -----------------------------------------------------------
@@ -82,6 +86,21 @@ class CoreBase:
 
     def _call(self, script: ScriptName, *args: object, idempotent: bool = False) -> Any:
         return self._runner.call(script, args, idempotent=idempotent)
+
+    def _guard(self, operation: str) -> None:
+        """Refuse a mutation from inside this core's own open at-least-once batch.
+
+        Same rule and message as SimpleBroker's SQLite core: a batch being
+        yielded is not committed yet, so mutating from the loop body (for
+        example deleting the queue being read) must use another instance.
+        """
+        kind = self._open_batches.get(threading.get_ident())
+        if kind is not None:
+            raise RuntimeError(
+                f"Cannot perform {operation} while an at_least_once {kind}_generator "
+                "batch is being yielded from this BrokerDB instance. Use "
+                "delivery_guarantee='exactly_once' or a separate BrokerDB/Queue instance."
+            )
 
     def _validate_message(self, message: object) -> str:
         return validate_message(message, self._max_message_size)

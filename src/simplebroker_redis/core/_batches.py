@@ -35,6 +35,23 @@ class BatchesMixin(CoreBase):
     recover it.
     """
 
+    @staticmethod
+    def _roll_back(leases: Leases, token: str, exc: BaseException, *, foreign: bool) -> None:
+        """Release an uncommitted batch; never mask the exception that ended it."""
+        if foreign:
+            warnings.warn(_CROSS_THREAD, RuntimeWarning, stacklevel=3)
+        try:
+            leases.release(token)
+        except Exception as failure:  # noqa: BLE001 - reported below, never raised over exc
+            message = (
+                f"releasing the uncommitted at_least_once batch failed ({failure!r}); "
+                "its messages return after stale_batch_seconds"
+            )
+            if isinstance(exc, GeneratorExit):
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            else:
+                exc.add_note(message)
+
     def _batch_size(self, batch_size: int | None, config: Any) -> int:
         if batch_size is not None:
             return batch_size
@@ -76,10 +93,12 @@ class BatchesMixin(CoreBase):
                 return
             committed = False
             try:
+                self._open_batches[owner] = "move" if target else "claim"
                 for message in lease.messages:
                     yield (message.body, message.id) if with_timestamps else message.body
                     if threading.get_ident() != owner:
                         raise RuntimeError(_CROSS_THREAD)
+                self._open_batches.pop(owner, None)
                 outcome = leases.commit(lease.token, "move" if target else "claim")
                 committed = True
                 if outcome.lost:
@@ -89,10 +108,12 @@ class BatchesMixin(CoreBase):
                         "before the batch committed; they may be delivered again"
                     )
                 self._record_activity(outcome.settled)
-            finally:
+            except BaseException as exc:
+                self._open_batches.pop(owner, None)
                 if not committed:
-                    if threading.get_ident() != owner:
-                        warnings.warn(_CROSS_THREAD, RuntimeWarning, stacklevel=2)
-                    leases.release(lease.token)
+                    self._roll_back(
+                        leases, lease.token, exc, foreign=threading.get_ident() != owner
+                    )
+                raise
             if exact_id is not None:
                 return

@@ -28,6 +28,7 @@ class MessagesMixin(CoreBase):
     # -- identity --------------------------------------------------------------
     def generate_timestamp(self) -> int:
         """Allocate and durably record a new message ID without a message."""
+        self._guard("generate_timestamp")
         return self._clock.generate()
 
     get_ts = generate_timestamp
@@ -42,6 +43,7 @@ class MessagesMixin(CoreBase):
 
     def advance_last_timestamp(self, timestamp: int) -> int:
         """Monotonically raise the durable high-water to ``timestamp``, then read it."""
+        self._guard("advance_last_timestamp")
         return self._clock.advance_to_at_least(timestamp)
 
     def _allocate(self, count: int, attempt: Callable[[str], Any]) -> Any:
@@ -63,6 +65,9 @@ class MessagesMixin(CoreBase):
                 return attempt(candidate)
             except ScriptConflict as conflict:
                 conflicts += 1
+                self._conflicts["ts_conflict_count"] += 1
+                if conflict.code == "CLOCK":
+                    self._conflicts["ts_resync_count"] += 1
                 self._clock.observe(int(conflict.detail.split()[0]))
                 if conflict.code == "CLOCK" and time.monotonic() < deadline:
                     continue
@@ -74,6 +79,14 @@ class MessagesMixin(CoreBase):
                     ) from conflict
                 sleep = min(sleep * 2, CONFLICT_MAX_SLEEP)
 
+    def get_conflict_metrics(self) -> dict[str, int]:
+        """Return how often ID allocation met a conflict (and resynchronized)."""
+        return dict(self._conflicts)
+
+    def reset_conflict_metrics(self) -> None:
+        """Reset the conflict counters."""
+        self._conflicts.update(ts_conflict_count=0, ts_resync_count=0)
+
     # -- writes ----------------------------------------------------------------
     def write(self, queue: str, message: str, *, keep_newest: int | None = None) -> int:
         """Write one message; return its ID (one round trip).
@@ -83,6 +96,7 @@ class MessagesMixin(CoreBase):
         """
         keep = validate_keep_newest(keep_newest)
         validate_queue_name(queue)
+        self._guard("write")
         self._validate_message(message)
         committed = int(
             self._allocate(
@@ -101,6 +115,7 @@ class MessagesMixin(CoreBase):
         delay is measured on the server's clock.
         """
         validate_queue_name(queue)
+        self._guard("write")
         self._validate_message(message)
         delay_us = max(0, round(float(delay_seconds) * 1_000_000))
         committed = int(
@@ -115,6 +130,7 @@ class MessagesMixin(CoreBase):
 
     def insert_messages(self, records: Iterable[tuple[str, str, int | str]]) -> None:
         """Insert pending messages with exact IDs, all or nothing."""
+        self._guard("insert_messages")
         normalized, required = normalize_insert_records(
             records,
             validate_queue_name=lambda queue: None if validate_queue_name(queue) else None,
@@ -144,6 +160,7 @@ class MessagesMixin(CoreBase):
         round trip, constant in the number of queues). A pattern is matched
         with ``fnmatchcase`` against a registry snapshot taken just before.
         """
+        self._guard("broadcast")
         self._validate_message(message)
         names = self._broadcast_names(pattern, queue_names, create_missing)
         if names == ():

@@ -142,7 +142,9 @@ class QueuesMixin(CoreBase):
         return {
             "total_messages": sum(int(value) for value in values[:4]),
             "last_timestamp": int(values[4] or 0),
-            "db_size": sum(int(value or 0) for value in values[5:]),
+            # SimpleBroker defines db_size as the database file's size on
+            # disk; a Redis namespace has no file of its own.
+            "db_size": 0,
         }
 
     def queue_exists(self, queue: str) -> bool:
@@ -194,6 +196,8 @@ class QueuesMixin(CoreBase):
         """
         if queue is not None:
             validate_queue_name(queue)
+        self._guard("delete")
+        if queue is not None:
             return int(self._call("delete_queues", "", queue))
         return sum(int(self._call("delete_queues", "", name)) for name in self._snapshot_queues())
 
@@ -206,6 +210,7 @@ class QueuesMixin(CoreBase):
     def delete_message_ids(self, queue: str, message_ids: Sequence[int | str]) -> int:
         """Delete exact message IDs (pending or claimed) of one queue."""
         validate_queue_name(queue)
+        self._guard("delete_message_ids")
         if not message_ids:
             return 0
         ids = dict.fromkeys(format_id(normalize_message_id(value)) for value in message_ids)
@@ -215,6 +220,7 @@ class QueuesMixin(CoreBase):
         self, queue_names: Sequence[str], *, before_timestamp: int | None = None
     ) -> int:
         """Delete messages of several queues (optionally only IDs below a bound)."""
+        self._guard("delete_from_queues")
         if isinstance(queue_names, (str, bytes)):
             raise TypeError("queue_names must be a sequence of queue names, not a string")
         before = validate_timestamp_bound("before_timestamp", before_timestamp)
@@ -274,6 +280,7 @@ class QueuesMixin(CoreBase):
         validate_queue_name(new_queue)
         if old_queue == new_queue:
             raise ValueError("Source and target queues cannot be the same")
+        self._guard("rename_queue")
         renamed, retargeted = self._call(
             "rename", old_queue, new_queue, "1" if retarget_aliases else "0", time.time_ns()
         )
@@ -286,6 +293,7 @@ class QueuesMixin(CoreBase):
 
     def vacuum(self, *, compact: bool = False) -> None:
         """Remove claimed messages (in bounded batches); ``compact`` is a no-op."""
+        self._guard("vacuum")
         self._vacuum_claimed()
 
     def recover_stale(self, queue: str | None = None) -> int:

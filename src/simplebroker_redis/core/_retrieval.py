@@ -50,6 +50,7 @@ class RetrievalMixin(BatchesMixin):
         with_claimed: bool = False,
     ) -> list[Row]:
         validate_queue_name(queue)
+        self._guard(f"{op} operation")
         if op == "move":
             validate_queue_name(target)
         exact_id = None if exact is None else normalize_message_id(exact, name="exact_timestamp")
