@@ -61,3 +61,7 @@ def broker(runner: RedisRunner) -> Iterator[RedisBrokerCore]:
 @pytest.fixture
 def options(namespace: str) -> dict[str, object]:
     return {"namespace": namespace}
+
+
+# Backend-parametrized contract fixtures (``sb``, ``open_core``, ``backend_kind``).
+from helpers import backend_kind, open_core, sb  # noqa: E402,F401 - fixtures re-exported for pytest

@@ -151,6 +151,11 @@ class RedisBackendPlugin:
         """Raise the durable high-water to ``new_ts``; return whether it moved."""
         return bool(runner.call("advance_ts", [format_id(new_ts)]))
 
+    def write_last_ts(self, runner: RedisRunner, ts: int) -> None:
+        """Overwrite the durable high-water mark (repair tools and tests only)."""
+        key = runner.keys.meta
+        runner.execute(lambda client: client.hset(key, "last_ts", format_id(ts)))
+
     def read_magic(self, runner: RedisRunner) -> str | None:
         """Return the namespace magic string, or None."""
         key = runner.keys.meta

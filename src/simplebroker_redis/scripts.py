@@ -23,6 +23,8 @@ ScriptName = Literal[
     "init",
     "cleanup",
     "advance_ts",
+    "stamp",
+    "resync",
     "write",
     "insert",
     "broadcast",
@@ -67,6 +69,8 @@ class Scripts:
     init: Any
     cleanup: Any
     advance_ts: Any
+    stamp: Any
+    resync: Any
     write: Any
     insert: Any
     broadcast: Any

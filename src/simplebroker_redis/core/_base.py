@@ -47,7 +47,8 @@ class CoreBase:
         # One schedule per runner: short-lived cores (ephemeral Queue
         # operations) still add up to a maintenance pass.
         self._maintenance = runner.maintenance_schedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
-        self._conflicts = {"ts_conflict_count": 0, "ts_resync_count": 0}
+        self._ts_conflict_count = 0
+        self._ts_resync_count = 0
         self._backend_plugin = redis_backend_plugin
         # thread id -> generator kind, while that thread yields an open batch
         self._open_batches: dict[int, str] = {}
@@ -83,6 +84,15 @@ class CoreBase:
     def runner(self) -> RedisRunner:
         """Return the runner this core sends commands through."""
         return self._runner
+
+    @property
+    def _client(self) -> Any:
+        """Return the runner's redis-py client (diagnostics and tests)."""
+        return self._runner.client
+
+    def _key(self, name: str) -> str:
+        """Return the full name of the namespace's fixed key ``name``."""
+        return self._runner.keys.prefix + name
 
     def _call(self, script: ScriptName, *args: object, idempotent: bool = False) -> Any:
         return self._runner.call(script, args, idempotent=idempotent)

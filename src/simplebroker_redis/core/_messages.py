@@ -29,7 +29,9 @@ class MessagesMixin(CoreBase):
     def generate_timestamp(self) -> int:
         """Allocate and durably record a new message ID without a message."""
         self._guard("generate_timestamp")
-        return self._clock.generate()
+        stamped = int(self._allocate(1, lambda candidate: self._call("stamp", candidate)))
+        self._clock.observe(stamped)
+        return stamped
 
     get_ts = generate_timestamp
 
@@ -65,9 +67,7 @@ class MessagesMixin(CoreBase):
                 return attempt(candidate)
             except ScriptConflict as conflict:
                 conflicts += 1
-                self._conflicts["ts_conflict_count"] += 1
-                if conflict.code == "CLOCK":
-                    self._conflicts["ts_resync_count"] += 1
+                self._ts_conflict_count += 1
                 self._clock.observe(int(conflict.detail.split()[0]))
                 if conflict.code == "CLOCK" and time.monotonic() < deadline:
                     continue
@@ -80,12 +80,23 @@ class MessagesMixin(CoreBase):
                 sleep = min(sleep * 2, CONFLICT_MAX_SLEEP)
 
     def get_conflict_metrics(self) -> dict[str, int]:
-        """Return how often ID allocation met a conflict (and resynchronized)."""
-        return dict(self._conflicts)
+        """Return how often ID allocation met a conflict, and high-water repairs."""
+        return {
+            "ts_conflict_count": self._ts_conflict_count,
+            "ts_resync_count": self._ts_resync_count,
+        }
 
     def reset_conflict_metrics(self) -> None:
         """Reset the conflict counters."""
-        self._conflicts.update(ts_conflict_count=0, ts_resync_count=0)
+        self._ts_conflict_count = 0
+        self._ts_resync_count = 0
+
+    def _resync_timestamp_generator(self) -> None:
+        """Raise a high-water mark that fell below a stored ID (never lowers it)."""
+        old, new = self._call("resync")
+        if int(new) > int(old):
+            self._ts_resync_count += 1
+            self._clock.observe(int(new))
 
     # -- writes ----------------------------------------------------------------
     def write(self, queue: str, message: str, *, keep_newest: int | None = None) -> int:

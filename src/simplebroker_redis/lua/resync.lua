@@ -1,0 +1,13 @@
+-- resync.lua: repair a high-water mark that fell below a stored message ID
+-- (damaged or hand-edited data). Reads every stored ID: O(messages).
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix.
+-- Returns: {old last_ts, new last_ts}; the mark never moves down.
+check_ns({K_BODIES})
+local old = last_ts()
+local highest = old
+for _, id in ipairs(redis.call('HKEYS', K_BODIES)) do
+  if id > highest then highest = id end
+end
+if highest > old then redis.call('HSET', K_META, 'last_ts', highest) end
+return {old, highest}

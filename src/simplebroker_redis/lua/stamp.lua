@@ -1,0 +1,10 @@
+-- stamp.lua: allocate one message ID and record it as the durable high-water
+-- mark, without storing a message (generate_timestamp).
+-- KEYS: fixed keys (see _lib.lua).
+-- ARGV: 1 wake prefix, 2 candidate ID (client clock, 19 digits).
+-- Returns: the allocated 19-digit ID.
+-- Raises (before any write): CLOCK, IDCONFLICT, IDRANGE (see allocate()).
+check_ns({K_BODIES})
+local id = allocate(ARGV[2], 1)[1]
+redis.call('HSET', K_META, 'last_ts', id)
+return id

@@ -1,0 +1,170 @@
+"""Lua scripts run by SHA, survive SCRIPT FLUSH, and leave exactly the expected keys."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from helpers import body_map, members, stored, without_meta
+from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.keys import Keyspace
+from simplebroker_redis.scripts import SCRIPT_NAMES, script_source
+
+OPERATIONS = {
+    "write": lambda b: b.write("q", "x"),
+    "write_keep_newest": lambda b: b.write("q", "x", keep_newest=1),
+    "insert": lambda b: b.insert_messages([("q", "x", 10**18)]),
+    "broadcast": lambda b: b.broadcast("x"),
+    "claim_one": lambda b: b.claim_one("q"),
+    "claim_many": lambda b: b.claim_many("q", 5),
+    "peek_many": lambda b: b.peek_many("q"),
+    "move_one": lambda b: b.move_one("q", "dest"),
+    "at_least_once": lambda b: list(b.claim_generator("q", delivery_guarantee="at_least_once")),
+    "generate_timestamp": lambda b: b.generate_timestamp(),
+    "advance_last_timestamp": lambda b: b.advance_last_timestamp(1),
+    "delete_ids": lambda b: b.delete_message_ids("q", [1, 2]),
+    "delete_queue": lambda b: b.delete("q"),
+    "find": lambda b: b.find_message_ids("q", body_contains="seed"),
+    "stats": lambda b: b.list_queue_stats(),
+    "probe": lambda b: b.has_pending_messages("q"),
+    "rename": lambda b: b.rename_queue("q", "renamed"),
+    "alias_add": lambda b: b.add_alias("al", "q"),
+    "vacuum": lambda b: b.vacuum(),
+}
+
+
+def _calls(raw, command: str) -> int:
+    stats = raw.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _run_everything(core) -> None:
+    core.write("q", "seed")
+    core.write("q", "seed 2")
+    for operation in OPERATIONS.values():
+        operation(core)
+
+
+def test_registered_scripts_are_the_packaged_sources(runner):
+    for name in SCRIPT_NAMES:
+        script = getattr(runner.scripts, name)
+        assert script.sha == hashlib.sha1(script_source(name).encode()).hexdigest()
+
+
+def test_every_operation_runs_scripts_by_sha_only(broker, raw):
+    eval_before, evalsha_before = _calls(raw, "eval"), _calls(raw, "evalsha")
+    _run_everything(broker)
+    assert _calls(raw, "eval") == eval_before
+    assert _calls(raw, "evalsha") - evalsha_before >= len(OPERATIONS)
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_operation_works_after_script_flush(broker, raw, runner, name):
+    broker.write("q", "seed")
+    broker.write("q", "seed 2")
+    raw.script_flush()
+    assert not any(raw.script_exists(runner.scripts.write.sha))
+    eval_before = _calls(raw, "eval")
+    OPERATIONS[name](broker)
+    assert _calls(raw, "eval") == eval_before  # reloaded with SCRIPT LOAD, run by SHA
+    # Every later operation keeps working too.
+    raw.script_flush()
+    assert broker.write("after", "flush") > 0
+    assert broker.claim_one("after", with_timestamps=False) == "flush"
+
+
+def test_a_fresh_core_works_after_script_flush(redis_url, namespace, raw):
+    raw.script_flush()
+    core = redis_backend_plugin.create_core(redis_url, backend_options={"namespace": namespace})
+    written = core.write("q", "x")
+    assert core.claim_one("q") == ("x", written)
+
+
+# -- exact stored state ----------------------------------------------------------------
+
+
+def test_write_and_claim_states(broker, raw, namespace):
+    first = broker.write("q", "one")
+    second = broker.write("q", "two")
+    assert stored(raw, namespace) == {
+        "meta": {
+            "magic": "simplebroker-redis",
+            "schema_version": "1",
+            "last_ts": f"{second:019d}",
+            "alias_version": "0",
+        },
+        "queues": ["q"],
+        "pending": members("q", first, second),
+        "bodies": body_map({first: "one", second: "two"}),
+    }
+    broker.claim_one("q")
+    assert without_meta(stored(raw, namespace)) == {
+        "queues": ["q"],
+        "pending": members("q", second),
+        "claimed": members("q", first),
+        "bodies": body_map({first: "one", second: "two"}),
+    }
+    broker.claim_one("q")
+    broker.vacuum()
+    assert without_meta(stored(raw, namespace)) == {}
+
+
+def test_delete_states(broker, raw, namespace):
+    keep = broker.write("keep", "k")
+    gone = [broker.write("q", f"m{i}") for i in range(3)]
+    broker.claim_one("q")
+    assert broker.delete_message_ids("q", [gone[0], gone[2]]) == 2
+    assert without_meta(stored(raw, namespace)) == {
+        "queues": ["keep", "q"],
+        "pending": members("keep", keep) + members("q", gone[1]),
+        "bodies": body_map({keep: "k", gone[1]: "m1"}),
+    }
+    broker.delete("q")
+    assert without_meta(stored(raw, namespace)) == {
+        "queues": ["keep"],
+        "pending": members("keep", keep),
+        "bodies": body_map({keep: "k"}),
+    }
+    broker.delete()
+    assert without_meta(stored(raw, namespace)) == {}
+
+
+def test_at_least_once_batches_leave_no_reservation_records(broker, raw, namespace):
+    ids = [broker.write("q", f"m{i}") for i in range(4)]
+    gen = broker.claim_generator("q", delivery_guarantee="at_least_once", batch_size=3)
+    next(gen)
+    reserved = stored(raw, namespace)
+    assert reserved["reserved"] == members("q", *ids[:3])
+    assert reserved["pending"] == members("q", ids[3])
+    assert set(reserved["owners"]) == {f"{i:019d}" for i in ids[:3]}
+    gen.close()  # released: pending again, reservation records gone
+    released = stored(raw, namespace)
+    assert released["pending"] == members("q", *ids)
+    for name in ("reserved", "owners", "tokens", "token_ids", "leases"):
+        assert name not in released
+    assert len(list(broker.claim_generator("q", delivery_guarantee="at_least_once"))) == 4
+    broker.vacuum()
+    assert without_meta(stored(raw, namespace)) == {}
+
+
+def test_namespaces_are_isolated(redis_url, namespace, raw):
+    other_ns = f"{namespace}-other"
+    mine = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace), owns_runner=True)
+    theirs = RedisBrokerCore(RedisRunner(redis_url, namespace=other_ns), owns_runner=True)
+    try:
+        mine.write("q", "mine")
+        theirs.write("q", "theirs")
+        theirs.add_alias("al", "q")
+        assert mine.peek_many("q", with_timestamps=False) == ["mine"]
+        assert mine.list_aliases() == []
+        assert mine.claim_one("q", with_timestamps=False) == "mine"
+        assert theirs.peek_many("q", with_timestamps=False) == ["theirs"]
+        redis_backend_plugin.cleanup_target(redis_url, backend_options={"namespace": other_ns})
+        assert raw.keys(f"sb:{{{other_ns}}}:*") == []
+        assert raw.exists(Keyspace.for_namespace(namespace).meta) == 1
+    finally:
+        theirs.shutdown()
+        mine.shutdown()
+        redis_backend_plugin.cleanup_target(redis_url, backend_options={"namespace": other_ns})
