@@ -72,6 +72,8 @@ def script_error(code: str, detail: str, where: str) -> BaseException:
         return TimestampError(detail)
     if code == "DUPLICATE":
         return IntegrityError(f"message ID {detail} already exists")
+    if code == "DUPCANDIDATE":
+        return IntegrityError(f"the ID generator proposed {detail} twice or out of order")
     if code == "RESERVED":
         return ReservationConflict(detail)
     if code in ("EXISTS", "ALIAS", "ARG"):

@@ -44,6 +44,7 @@ class CoreBase:
         self._lock = threading.RLock()
         self._closed = False
         self._clock = runner.clock
+        self._timestamp_gen = self._clock  # SimpleBroker's name for the generator
         # One schedule per runner: short-lived cores (ephemeral Queue
         # operations) still add up to a maintenance pass.
         self._maintenance = runner.maintenance_schedule(int(self._config["AUTO_VACUUM_INTERVAL"]))

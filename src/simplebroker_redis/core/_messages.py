@@ -29,7 +29,7 @@ class MessagesMixin(CoreBase):
     def generate_timestamp(self) -> int:
         """Allocate and durably record a new message ID without a message."""
         self._guard("generate_timestamp")
-        stamped = int(self._allocate(1, lambda candidate: self._call("stamp", candidate)))
+        stamped = int(self._allocate(1, lambda candidates: self._call("stamp", candidates[0])))
         self._clock.observe(stamped)
         return stamped
 
@@ -48,8 +48,8 @@ class MessagesMixin(CoreBase):
         self._guard("advance_last_timestamp")
         return self._clock.advance_to_at_least(timestamp)
 
-    def _allocate(self, count: int, attempt: Callable[[str], Any]) -> Any:
-        """Run ``attempt(first_candidate)`` until the script accepts an ID.
+    def _allocate(self, count: int, attempt: Callable[[list[str]], Any]) -> Any:
+        """Run ``attempt(candidates)`` until the script accepts the IDs.
 
         A CLOCK conflict (logical counter exhausted at the durable high-water)
         refreshes the cached high-water and retries at once; the generator
@@ -62,9 +62,9 @@ class MessagesMixin(CoreBase):
         sleep = 0.001
         conflicts = 0
         while True:
-            candidate = format_id(self._clock.candidates(count)[0])
+            candidates = [format_id(value) for value in self._clock.candidates(count)]
             try:
-                return attempt(candidate)
+                return attempt(candidates)
             except ScriptConflict as conflict:
                 conflicts += 1
                 self._ts_conflict_count += 1
@@ -112,7 +112,7 @@ class MessagesMixin(CoreBase):
         committed = int(
             self._allocate(
                 1,
-                lambda candidate: self._call("write", queue, message, candidate, keep or 0, 0),
+                lambda candidates: self._call("write", queue, message, candidates[0], keep or 0, 0),
             )
         )
         self._clock.observe(committed)
@@ -132,7 +132,7 @@ class MessagesMixin(CoreBase):
         committed = int(
             self._allocate(
                 1,
-                lambda candidate: self._call("write", queue, message, candidate, 0, delay_us),
+                lambda candidates: self._call("write", queue, message, candidates[0], 0, delay_us),
             )
         )
         self._clock.observe(committed)
@@ -187,7 +187,9 @@ class MessagesMixin(CoreBase):
             mode = "all"
         result = self._allocate(
             len(names) if names else 1,
-            lambda candidate: self._call("broadcast", message, candidate, mode, *(names or ())),
+            lambda candidates: self._call(
+                "broadcast", message, mode, len(candidates), *candidates, *(names or ())
+            ),
         )
         count = int(result[0])
         if count:

@@ -198,23 +198,34 @@ local function last_ts()
   return redis.call('HGET', K_META, 'last_ts') or ZERO_ID
 end
 
--- Allocate `count` consecutive IDs above the durable high-water mark.
--- `candidate` is the client's hybrid timestamp (its clock). A single ID whose
--- logical counter would overflow fails with CLOCK, as SimpleBroker's generator
--- does; a multi-ID allocation may borrow the following 4.096 us grains.
-local function allocate(candidate, count)
-  local last = last_ts()
-  local first = candidate
-  if candidate <= last then
-    if count == 1 and id_mod4096(last) == 4095 then fail('CLOCK', last) end
-    first = id_incr(last)
+-- Allocate `count` increasing IDs above the durable high-water mark.
+-- `candidates` are the client's hybrid timestamps (its clock), strictly
+-- increasing. A candidate that names a stored message is refused (IDCONFLICT,
+-- the client backs off and retries); a stale one (at or below the high-water)
+-- is replaced by the next free ID, so a client with a lagging clock still
+-- writes in one round trip. A single ID whose logical counter would overflow
+-- fails with CLOCK, as SimpleBroker's generator does; a multi-ID allocation
+-- may borrow the following 4.096 us grains. Beyond the candidates given,
+-- IDs are consecutive.
+local function allocate(candidates, count)
+  for i, candidate in ipairs(candidates) do
+    if i > 1 and candidate <= candidates[i - 1] then fail('DUPCANDIDATE', candidate) end
+    if redis.call('HEXISTS', K_BODIES, candidate) == 1 then fail('IDCONFLICT', candidate) end
   end
-  local ids = {first}
-  for i = 2, count do ids[i] = id_incr(ids[i - 1]) end
-  if ids[count] > MAX_ID then fail('IDRANGE', 'timestamp too far in future') end
+  local floor = last_ts()
+  local ids = {}
   for i = 1, count do
-    if redis.call('HEXISTS', K_BODIES, ids[i]) == 1 then fail('IDCONFLICT', ids[i]) end
+    local candidate = candidates[i]
+    if candidate and candidate > floor then
+      ids[i] = candidate
+    else
+      if count == 1 and id_mod4096(floor) == 4095 then fail('CLOCK', floor) end
+      ids[i] = id_incr(floor)
+      if redis.call('HEXISTS', K_BODIES, ids[i]) == 1 then fail('IDCONFLICT', ids[i]) end
+    end
+    floor = ids[i]
   end
+  if ids[count] > MAX_ID then fail('IDRANGE', 'timestamp too far in future') end
   return ids
 end
 

@@ -10,7 +10,7 @@
 -- body). The wake-up is published inside the script, after the insert.
 check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES})
 local queue, body, keep, delay = ARGV[2], ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6])
-local id = allocate(ARGV[4], 1)[1]
+local id = allocate({ARGV[4]}, 1)[1]
 
 local displaced = {}
 if keep > 0 then
