@@ -1,1 +1,34 @@
-"""Taskiq broker and result backend on simplebroker-redis."""
+"""Taskiq broker, result backend and schedule source on simplebroker-redis.
+
+A task kicked through :class:`SimpleBrokerTaskiqBroker` is a SimpleBroker
+message in the backend's namespace (``broker peek <queue>`` shows it).
+Workers reserve tasks with renewable leases, renew them from a heartbeat
+thread, recover a dead worker's tasks, honour the ``delay`` label natively
+and dead-letter tasks that were delivered too often or rejected. See
+``docs/taskiq.md``.
+"""
+
+from .broker import DEFAULT_QUEUE, URL_ENV, SimpleBrokerTaskiqBroker
+from .codec import decode_body, encode_body
+from .errors import (
+    ConfigurationError,
+    ResultIsMissingError,
+    ScheduleError,
+    SimpleBrokerTaskiqError,
+)
+from .result_backend import SimpleBrokerResultBackend
+from .schedule_source import SimpleBrokerScheduleSource
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "URL_ENV",
+    "ConfigurationError",
+    "ResultIsMissingError",
+    "ScheduleError",
+    "SimpleBrokerResultBackend",
+    "SimpleBrokerScheduleSource",
+    "SimpleBrokerTaskiqBroker",
+    "SimpleBrokerTaskiqError",
+    "decode_body",
+    "encode_body",
+]

@@ -4,12 +4,13 @@
 --       validates.
 -- Returns: 'created' (init made meta), 'ready' (valid meta), or 'absent'
 --          ('check' on an empty namespace).
--- Raises: FOREIGN when meta is missing but other fixed keys exist, or meta
+-- Raises: FOREIGN when meta is missing but message keys exist, or meta
 --         belongs to something else; SCHEMA; WRONGTYPE for any fixed key.
+--         (KEYS[15], Taskiq schedules, may exist before the namespace does.)
 local mode = ARGV[2]
 local kind = redis.call('TYPE', K_META)['ok']
 if kind == 'none' then
-  for i = 2, #KEYS do
+  for i = 2, 14 do
     if redis.call('EXISTS', KEYS[i]) == 1 then
       fail('FOREIGN', 'namespace holds ' .. KEYS[i] .. ' but has no meta record')
     end

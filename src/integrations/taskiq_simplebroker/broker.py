@@ -1,0 +1,260 @@
+"""``SimpleBrokerTaskiqBroker``: a Taskiq broker whose tasks are SimpleBroker messages.
+
+A kicked task is one SimpleBroker message in the namespace (one round trip),
+so ``broker peek <queue>`` shows it. Workers reserve tasks with renewable
+leases (at-least-once delivery), see :mod:`.listener`, :mod:`.heartbeat`
+and :mod:`.runtime` for how they are delivered, kept alive, recovered and
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import AsyncGenerator
+from typing import Any, Final
+
+from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq.acks import AckableMessage
+from taskiq.exceptions import TaskRejectedError
+from taskiq.message import BrokerMessage
+
+from simplebroker_redis import DEFAULT_NAMESPACE
+from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.validation import validate_queue_name
+
+from .codec import encode_body
+from .errors import ConfigurationError
+from .listener import Listener
+from .runtime import Runtime
+
+logger = logging.getLogger("taskiq_simplebroker")
+
+#: Environment variable naming the server when no ``url`` is given.
+URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+
+#: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
+DEFAULT_QUEUE: Final[str] = "taskiq"
+
+#: Most tasks one listener holds at once (reserved and not yet acknowledged).
+DEFAULT_PREFETCH: Final[int] = 20
+
+#: Seconds a reservation lives without renewal (a dead worker's tasks return after it).
+DEFAULT_LEASE_SECONDS: Final[float] = 10.0
+
+#: Seconds between lease renewals of the heartbeat thread.
+DEFAULT_HEARTBEAT_INTERVAL: Final[float] = 2.0
+
+#: Seconds between recovery passes (releasing a dead worker's expired leases).
+#: A killed worker's tasks run again within lease + this (11 s by default).
+DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
+
+#: Deliveries after which a task that never finished goes to the dead-letter queue.
+DEFAULT_MAX_DELIVERIES: Final[int] = 5
+
+
+def resolve_url(url: str | None) -> str:
+    """Return ``url``, or ``$SIMPLEBROKER_REDIS_URL`` when it is None."""
+    if url is not None:
+        return url
+    env = os.environ.get(URL_ENV)
+    if not env:
+        raise ConfigurationError(f"pass url=... or runner=..., or set ${URL_ENV}")
+    return env
+
+
+def make_runner(
+    url: str | None,
+    runner: AsyncRedisRunner | None,
+    namespace: str | None,
+    max_connections: int,
+) -> AsyncRedisRunner:
+    """Return ``runner``, or a new one for ``url`` (shared by the integration's classes)."""
+    if runner is not None:
+        if url is not None:
+            raise ConfigurationError("pass url or runner, not both")
+        if namespace is not None and namespace != runner.keys.namespace:
+            raise ConfigurationError("namespace differs from the runner's namespace")
+        return runner
+    return AsyncRedisRunner(
+        resolve_url(url),
+        namespace=namespace or DEFAULT_NAMESPACE,
+        max_connections=max_connections,
+    )
+
+
+def _number(name: str, value: object, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number")
+    if not math.isfinite(value) or value <= minimum:
+        raise ConfigurationError(f"{name} must be a finite number > {minimum:g}")
+    return float(value)
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be an integer >= 1")
+    return value
+
+
+def delay_seconds(label: object) -> float:
+    """Return the seconds of a ``delay`` label (str or number; negative means now)."""
+    if label is None or label == "":
+        return 0.0
+    try:
+        delay = float(label)  # type: ignore[arg-type] # labels arrive as str or number
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"label 'delay' must be seconds, got {label!r}") from None
+    if not math.isfinite(delay):
+        raise ConfigurationError(f"label 'delay' must be finite, got {label!r}")
+    return max(0.0, delay)
+
+
+class SimpleBrokerTaskiqBroker(AsyncBroker):
+    """Taskiq broker on simplebroker-redis: leases, heartbeat, delays, dead letters.
+
+    Args:
+        url: ``redis://``/``rediss://``/``unix://`` URL (default
+            ``$SIMPLEBROKER_REDIS_URL``).
+        runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
+            to share (with a result backend or schedule source) instead of ``url``.
+        queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
+            routes it elsewhere).
+        namespace: SimpleBroker namespace (default: the backend's default, as
+            used by ``broker`` commands without ``backend_options``).
+        prefetch: Most tasks a listener holds at once, reserved and not yet
+            acknowledged; also the most it reserves in one round trip.
+        lease_seconds: Lifetime of a reservation without renewal.
+        heartbeat_interval: Seconds between renewals; at most half the lease.
+        recover_interval: Seconds between recovery passes for expired leases
+            (default 1; at most ``heartbeat_interval``).
+        max_deliveries: Deliveries after which an unfinished task goes to the
+            dead-letter queue (None: redeliver forever).
+        dead_letter_queue: Queue for dead letters (default ``<queue>.dead``).
+        max_connections: Size of the connection pool.
+
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        runner: AsyncRedisRunner | None = None,
+        queue: str = DEFAULT_QUEUE,
+        namespace: str | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        recover_interval: float | None = None,
+        max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
+        dead_letter_queue: str | None = None,
+        max_connections: int = 50,
+    ) -> None:
+        super().__init__()
+        self.runner = make_runner(url, runner, namespace, max_connections)
+        self.queue = validate_queue_name(queue)
+        self.prefetch = _count("prefetch", prefetch)
+        self.lease_seconds = _number("lease_seconds", lease_seconds)
+        self.heartbeat_interval = _number("heartbeat_interval", heartbeat_interval)
+        if self.heartbeat_interval > self.lease_seconds / 2:
+            raise ConfigurationError("heartbeat_interval must be at most half of lease_seconds")
+        self.recover_interval = _number(
+            "recover_interval",
+            min(DEFAULT_RECOVER_INTERVAL, self.heartbeat_interval)
+            if recover_interval is None
+            else recover_interval,
+        )
+        self.max_deliveries = (
+            None if max_deliveries is None else _count("max_deliveries", max_deliveries)
+        )
+        self.dead_letter_queue = validate_queue_name(dead_letter_queue or f"{self.queue}.dead")
+        if self.dead_letter_queue == self.queue:
+            raise ConfigurationError("dead_letter_queue must differ from queue")
+        self._messages = AsyncMessages(self.runner)
+        self._runtime: Runtime | None = None
+        self.add_middlewares(_RejectionMarker(self))
+
+    def __repr__(self) -> str:
+        return f"SimpleBrokerTaskiqBroker({self.runner.where}, queue={self.queue!r})"
+
+    async def startup(self) -> None:
+        """Run Taskiq's startup hooks, then create or validate the namespace."""
+        await super().startup()
+        await self.runner.ensure_initialized()
+
+    async def kick(self, message: BrokerMessage) -> None:
+        """Write the task as one SimpleBroker message (one round trip).
+
+        Labels: ``queue_name`` routes the task to another queue; ``delay``
+        (seconds) keeps it invisible to workers until it is due.
+        """
+        labels = message.labels
+        queue = labels.get("queue_name") or self.queue
+        delay = delay_seconds(labels.get("delay"))
+        await self._messages.write(queue, encode_body(message.message), delay_seconds=delay)
+
+    def listen(self) -> AsyncGenerator[AckableMessage, None]:
+        """Return the generator of this worker's tasks (call from the running loop)."""
+        runtime = self._runtime_here()
+        listener = Listener(
+            runtime,
+            queue=self.queue,
+            prefetch=self.prefetch,
+            lease_seconds=self.lease_seconds,
+            max_deliveries=self.max_deliveries,
+        )
+        return listener.messages()
+
+    async def shutdown(self) -> None:
+        """Send pending acknowledgements, hand back held tasks, close connections."""
+        runtime, self._runtime = self._runtime, None
+        try:
+            if runtime is not None and runtime.is_current():
+                await runtime.committer.drain()
+            await super().shutdown()
+        finally:
+            if runtime is not None:
+                if runtime.is_current():
+                    await runtime.close()
+                else:
+                    runtime.heartbeat.stop()
+            try:
+                await self.runner.aclose()
+            except Exception as exc:  # noqa: BLE001 - a pool of a finished loop
+                logger.debug("closing the connection pool failed: %s", exc)
+
+    def _runtime_here(self) -> Runtime:
+        runtime = self._runtime
+        if runtime is not None and runtime.is_current():
+            return runtime
+        if runtime is not None:
+            runtime.heartbeat.stop()
+        runtime = self._runtime = Runtime(
+            self.runner,
+            lease_seconds=self.lease_seconds,
+            heartbeat_interval=self.heartbeat_interval,
+            recover_interval=self.recover_interval,
+            dead_letter_queue=self.dead_letter_queue,
+        )
+        attach = getattr(self.result_backend, "attach_runtime", None)
+        if callable(attach):
+            attach(runtime)
+        return runtime
+
+
+class _RejectionMarker(TaskiqMiddleware):
+    """Dead-letters the message of a task that called ``context.reject()``."""
+
+    def __init__(self, target: SimpleBrokerTaskiqBroker) -> None:
+        super().__init__()
+        self._target = target
+
+    def on_error(
+        self, message: TaskiqMessage, result: TaskiqResult[Any], exception: BaseException
+    ) -> None:
+        """Mark the running task's acknowledgement as a rejection."""
+        if isinstance(exception, TaskRejectedError):
+            runtime = self._target._runtime
+            if runtime is not None and runtime.is_current():
+                runtime.mark_rejected()

@@ -1,0 +1,66 @@
+"""Errors of the Taskiq integration, and which storage failures are transient.
+
+Every error raised here inherits both Taskiq's ``TaskiqError`` and
+SimpleBroker's ``BrokerError``, so callers can catch either family. Storage
+failures keep the types :mod:`simplebroker_redis` translates them to
+(``OperationalError`` and friends); :func:`is_transient` tells the retry
+loops which of them a later attempt can fix.
+"""
+
+from __future__ import annotations
+
+import redis.exceptions as rx
+from simplebroker.ext import BrokerError, OperationalError
+from taskiq.exceptions import ResultGetError, TaskiqError
+
+
+class SimpleBrokerTaskiqError(TaskiqError, BrokerError):
+    """Base class of this package's errors (a Taskiq and a SimpleBroker error)."""
+
+    __template__ = "{detail}"
+    detail: str
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail=detail)
+
+
+class ConfigurationError(SimpleBrokerTaskiqError, ValueError):
+    """An option of the broker, result backend or schedule source is invalid."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class ResultIsMissingError(SimpleBrokerTaskiqError, ResultGetError):
+    """No result is stored for the task (not finished, expired, or consumed)."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class ScheduleError(SimpleBrokerTaskiqError, ValueError):
+    """A schedule cannot be stored (for example an unparsable cron expression)."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+_TRANSIENT_CAUSES = (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, OSError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Return True when retrying later can succeed (server restarting, busy, unreachable).
+
+    ``simplebroker_redis`` marks connection failures as not retryable for
+    writes in general, because a lost reply may hide a committed write. The
+    callers of this function only retry operations that are safe to repeat
+    (a new reservation, settling the same IDs again, renewing leases).
+    """
+    if isinstance(exc, OperationalError):
+        if exc.retryable:
+            return True
+        return isinstance(exc.__cause__, _TRANSIENT_CAUSES)
+    return isinstance(exc, _TRANSIENT_CAUSES)

@@ -1,0 +1,253 @@
+"""The listen loop: reserve with leases, yield tasks, sleep on wake-ups.
+
+One :class:`Listener` serves one ``broker.listen()`` call. When its buffer
+is empty it reserves as many messages as its prefetch window has room for,
+in one round trip. Once a reservation comes back short (the queue is empty)
+it sleeps on the queue's Pub/Sub wake-up channel (every write, release and
+recovery publishes there, see :mod:`.wakeups`) until woken, until the next delayed message is
+due, or for at most :data:`IDLE_RECHECK` seconds: there is no polling loop.
+
+A redelivered message on its last allowed delivery (``max_deliveries``)
+runs alone: the rest of its reservation is handed back, and it is yielded
+once nothing else of the listener is in flight. Every worker crash counts as
+a delivery of each message the worker held, so without this a poison task
+would take the innocent tasks reserved with it to the dead-letter queue.
+
+Closing the generator (Taskiq does so on shutdown) hands the messages it
+reserved but did not yield back at once, with their delivery count
+restored. A reservation interrupted by cancellation is completed and handed
+back too, so cancellation never strands a message until its lease expires.
+Transient storage errors (server restarting, timeouts) are retried with
+exponential backoff from 100 ms to 5 s; anything else propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+from functools import partial
+from typing import Any, Final
+
+from taskiq.acks import AckableMessage
+
+from simplebroker_redis.leases import Lease, LeasedMessage
+
+from .codec import decode_body
+from .errors import is_transient
+from .runtime import PrefetchWindow, Runtime
+from .wakeups import LoopWakeups
+
+logger = logging.getLogger("taskiq_simplebroker")
+
+#: Longest sleep (seconds) of an idle listener between two reservations.
+#: Wake-ups are hints; this bounds the cost of one lost during an outage.
+IDLE_RECHECK: Final[float] = 10.0
+
+#: Longest slice of that sleep: bounds how late a worker notices a shutdown signal.
+TICK: Final[float] = 1.0
+
+#: Backoff bounds (seconds) after a transient failure.
+BACKOFF_MIN: Final[float] = 0.1
+BACKOFF_MAX: Final[float] = 5.0
+
+#: Added to a delayed message's due time, so the listener wakes after it.
+DUE_SLACK: Final[float] = 0.002
+
+Messages = tuple[LeasedMessage, ...]
+
+
+class Listener:
+    """Reserves messages of one queue and yields them as ``AckableMessage``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        queue: str,
+        prefetch: int,
+        lease_seconds: float,
+        max_deliveries: int | None,
+    ) -> None:
+        self.runtime = runtime
+        self.queue = queue
+        self.lease_seconds = lease_seconds
+        self.max_deliveries = max_deliveries
+        self.window = PrefetchWindow(prefetch)
+        self._buffer: deque[tuple[str, LeasedMessage]] = deque()
+        self._wakeups = LoopWakeups(runtime.runner, queue)
+        self._failing = False
+        self._drained = False  #: the last reservation found the queue empty
+        self._due_at: float | None = None  #: when the next delayed message is due
+
+    async def messages(self) -> AsyncGenerator[AckableMessage, None]:
+        """Yield messages until closed or cancelled."""
+        buffer = self._buffer
+        ack = self.runtime.ack
+        window = self.window
+        try:
+            # Subscribe before the first reservation, so no wake-up is missed.
+            await self._wakeups.start()
+            while True:
+                if not buffer:
+                    await self._fill()
+                    continue
+                token, message = buffer.popleft()
+                if message.id == window.alone:
+                    try:
+                        await window.wait_until_alone()
+                    except BaseException:
+                        buffer.appendleft((token, message))  # handed back on close
+                        raise
+                try:
+                    data = decode_body(message.body)
+                except ValueError:
+                    self._dead_letter_damaged(token, message)
+                    continue
+                # model_construct: both fields are built here, skip validation.
+                yield AckableMessage.model_construct(
+                    data=data, ack=partial(ack, window, token, message.id)
+                )
+        finally:
+            await self._close()
+
+    async def _fill(self) -> None:
+        delay = BACKOFF_MIN
+        while True:
+            await self.window.wait_for_room()
+            try:
+                if self._drained:
+                    # The last reservation emptied the queue: ask again only
+                    # after a wake-up (or when a delayed message is due).
+                    await self._sleep()
+                    self._drained = False
+                limit = self.window.room
+                lease = await self._reserve(limit)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._failed(exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            self._healthy()
+            delay = BACKOFF_MIN
+            self._drained = len(lease.messages) < limit
+            if lease.next_due_seconds is None:
+                self._due_at = None
+            else:
+                self._due_at = time.monotonic() + lease.next_due_seconds + DUE_SLACK
+            if lease.messages:
+                return
+
+    async def _reserve(self, limit: int) -> Lease:
+        # Shielded: a cancelled caller waits for the reservation to finish
+        # and hands it back, instead of stranding it until its lease expires.
+        call = asyncio.ensure_future(self._reserve_batch(limit))
+        try:
+            lease, messages, last = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            await self._abandon(call)
+            raise
+        if messages:
+            self.runtime.holdings.hold(lease.token, len(messages))
+            self.window.take(len(messages))
+            if last is not None:
+                self.window.alone = last.id
+            self._buffer.extend((lease.token, message) for message in messages)
+        return lease
+
+    async def _reserve_batch(self, limit: int) -> tuple[Lease, Messages, LeasedMessage | None]:
+        """Reserve; keep only a message on its last delivery when there is one."""
+        lease = await self.runtime.leases.reserve(
+            self.queue,
+            limit,
+            self.lease_seconds,
+            max_deliveries=self.max_deliveries,
+            dead_letter=self.runtime.dead_letter_queue if self.max_deliveries else None,
+        )
+        messages = lease.messages
+        last = self._last_delivery(messages)
+        if last is not None and len(messages) > 1:
+            others = [message.id for message in messages if message is not last]
+            await self.runtime.hand_back([(lease.token, others)], undeliver=True)
+            messages = (last,)
+        return lease, messages, last
+
+    def _last_delivery(self, messages: Messages) -> LeasedMessage | None:
+        """Return a redelivered message on its last allowed delivery, if any.
+
+        Such a message runs alone: if it is a poison pill that takes its
+        worker down, no innocent message shares its fate (each crash counts
+        as a delivery of every message the worker held).
+        """
+        limit = self.max_deliveries
+        if limit is None or limit < 2:
+            return None
+        for message in messages:
+            if message.deliveries >= limit:
+                return message
+        return None
+
+    async def _abandon(self, call: asyncio.Future[tuple[Lease, Messages, Any]]) -> None:
+        """Finish a reservation whose caller was cancelled, and hand it back."""
+        try:
+            lease, messages, _ = await call
+        except Exception:  # noqa: BLE001 - nothing was reserved, or it expires
+            return
+        if messages:
+            ids = [message.id for message in messages]
+            await self.runtime.hand_back([(lease.token, ids)], undeliver=True)
+
+    async def _sleep(self) -> None:
+        """Sleep until a wake-up, the next due time, or IDLE_RECHECK seconds."""
+        now = time.monotonic()
+        deadline = now + IDLE_RECHECK
+        if self._due_at is not None:
+            deadline = min(deadline, self._due_at)
+        # Short slices: Taskiq's worker sets its shutdown event from a plain
+        # signal handler, which an event loop asleep in select() only sees
+        # when something else wakes it (a timer costs no server command).
+        while (remaining := deadline - time.monotonic()) > 0:
+            if await self._wakeups.wait(min(remaining, TICK)):
+                return
+
+    def _dead_letter_damaged(self, token: str, message: LeasedMessage) -> None:
+        logger.error(
+            "message %d of queue %s is not a readable task; moved to %s",
+            message.id,
+            self.queue,
+            self.runtime.dead_letter_queue,
+        )
+        self.window.settle(message.id)
+        self.runtime.holdings.settle(token)
+        self.runtime.committer.submit((), token, message.id, self.runtime.dead_letter_queue)
+
+    async def _close(self) -> None:
+        batches: dict[str, list[int]] = {}
+        while self._buffer:
+            token, message = self._buffer.popleft()
+            batches.setdefault(token, []).append(message.id)
+            if message.id == self.window.alone:
+                self.window.alone = None
+        try:
+            if batches:
+                self.window.free(sum(len(ids) for ids in batches.values()))
+                count = await self.runtime.hand_back(batches.items(), undeliver=True)
+                logger.info("handed back %d prefetched task(s) of %s", count, self.queue)
+        finally:
+            await self._wakeups.close()
+
+    def _failed(self, exc: BaseException, delay: float) -> None:
+        if not self._failing:
+            logger.warning("listening on %s failed, retrying: %s", self.queue, exc)
+        else:
+            logger.debug("listening on %s still failing (next try in %.1f s)", self.queue, delay)
+        self._failing = True
+
+    def _healthy(self) -> None:
+        if self._failing:
+            logger.info("listening on %s again", self.queue)
+        self._failing = False

@@ -1,0 +1,232 @@
+"""Per-process state of a listening broker: holdings, heartbeat, commits, marks.
+
+A :class:`Runtime` exists once per worker process and event loop; it is
+built by the first ``listen()`` of that process (so ``taskiq worker
+--workers N`` forks before anything is opened) and torn down by
+``shutdown()``.
+
+Taskiq's receiver runs each message in its own asyncio task: it saves the
+result (``set_result``), then acknowledges the message (``ack``), in that
+task. The runtime uses the task as the link between the two: a result saved
+in a worker is *stashed* on the current task, and that task's ``ack`` sends
+result and acknowledgement in one round trip. When no ``ack`` follows right
+away (another acknowledgement mode, a middleware awaiting in between), the
+stash is sent on the next loop iteration instead, so a result is never held
+back. Reads of a stashed result in the same process wait for its write.
+A task that called ``context.reject()`` is marked the same way, and its
+acknowledgement moves the message to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
+
+from .commit import Committer, ResultWrite
+from .heartbeat import Heartbeat
+from .holdings import Holdings
+
+logger = logging.getLogger("taskiq_simplebroker")
+
+
+@dataclass(slots=True)
+class _Mark:
+    """What the current message's task asked for before its acknowledgement."""
+
+    writes: list[ResultWrite] = field(default_factory=list)
+    reject: bool = False
+
+
+class PrefetchWindow:
+    """How many messages one listener holds (fetched, not yet settled) at most.
+
+    A message on its last allowed delivery is held *alone*: nothing more is
+    reserved while it is held, and it is yielded only once every other
+    message of the listener is settled (see :mod:`.listener`).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.used = 0
+        self.alone: int | None = None  #: ID of the message held alone, if any
+        self._freed = asyncio.Event()
+
+    @property
+    def room(self) -> int:
+        """Return how many more messages may be reserved now."""
+        return 0 if self.alone is not None else self.size - self.used
+
+    def take(self, count: int) -> None:
+        """Account for ``count`` newly reserved messages."""
+        self.used += count
+
+    def free(self, count: int = 1) -> None:
+        """Account for ``count`` messages handed back (none of them held alone)."""
+        self.used -= count
+        self._freed.set()
+
+    def settle(self, message_id: int) -> None:
+        """Account for one settled message."""
+        if message_id == self.alone:
+            self.alone = None
+        self.free()
+
+    async def wait_for_room(self) -> None:
+        """Return once at least one message may be reserved."""
+        while self.room <= 0:
+            await self._wait()
+
+    async def wait_until_alone(self) -> None:
+        """Return once the listener holds nothing but one message."""
+        while self.used > 1:
+            await self._wait()
+
+    async def _wait(self) -> None:
+        self._freed.clear()
+        await self._freed.wait()
+
+
+class Runtime:
+    """Everything a listening broker keeps per process and event loop."""
+
+    def __init__(
+        self,
+        runner: AsyncRedisRunner,
+        *,
+        lease_seconds: float,
+        heartbeat_interval: float,
+        recover_interval: float,
+        dead_letter_queue: str,
+    ) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.get_running_loop()
+        self.runner = runner
+        self.leases = AsyncLeases(runner)
+        self.dead_letter_queue = dead_letter_queue
+        self.holdings = Holdings()
+        self.committer = Committer(runner, on_written=self._written, busy=self.holdings.busy)
+        # The heartbeat reuses the runner's synchronous twin: its pool is
+        # separate from the asyncio pool, so it gets its own connection.
+        self.heartbeat = Heartbeat(
+            runner.sync,
+            self.holdings,
+            lease_seconds=lease_seconds,
+            interval=heartbeat_interval,
+            recover_interval=recover_interval,
+            on_lost=self._lost,
+        )
+        self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._unwritten: dict[str, ResultWrite] = {}
+        self.heartbeat.start()
+
+    def is_current(self) -> bool:
+        """Return whether this runtime belongs to this process and running loop."""
+        if self.pid != os.getpid():
+            return False
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    # -- acknowledgement --------------------------------------------------------
+    async def ack(self, window: PrefetchWindow, token: str, message_id: int) -> None:
+        """Settle one delivered message, together with its task's stashed results."""
+        task = asyncio.current_task()
+        mark = self._marks.pop(task, None) if task is not None else None
+        window.settle(message_id)
+        self.holdings.settle(token)
+        if mark is None:
+            await self.committer.submit((), token, message_id)
+        else:
+            target = self.dead_letter_queue if mark.reject else ""
+            await self.committer.submit(mark.writes, token, message_id, target)
+
+    def mark_rejected(self) -> None:
+        """Make the current task's acknowledgement dead-letter its message."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._mark(task).reject = True
+
+    def _mark(self, task: asyncio.Task[Any]) -> _Mark:
+        mark = self._marks.get(task)
+        if mark is None:
+            mark = self._marks[task] = _Mark()
+        return mark
+
+    # -- results ----------------------------------------------------------------
+    def stash(self, write: ResultWrite) -> bool:
+        """Attach ``write`` to the current task's acknowledgement; False if impossible."""
+        task = asyncio.current_task()
+        if task is None or not self.is_current():
+            return False
+        self._mark(task).writes.append(write)
+        self._unwritten[write.key] = write
+        self.loop.call_soon(self._send_stashed, task)
+        return True
+
+    def _send_stashed(self, task: asyncio.Task[Any]) -> None:
+        mark = self._marks.get(task)
+        if mark is None or not mark.writes:
+            return
+        writes, mark.writes = mark.writes, []
+        if not mark.reject:
+            del self._marks[task]
+        self.committer.submit(writes)
+
+    def _written(self, writes: Sequence[ResultWrite]) -> None:
+        for write in writes:
+            if self._unwritten.get(write.key) is write:
+                del self._unwritten[write.key]
+
+    async def written(self, key: str) -> None:
+        """Wait until a result stashed in this process under ``key`` was sent."""
+        write = self._unwritten.get(key)
+        if write is not None and self.is_current():
+            await write.wait()
+
+    # -- handing back -------------------------------------------------------------
+    async def hand_back(self, batches: Iterable[tuple[str, list[int]]], *, undeliver: bool) -> int:
+        """Make held messages pending again at once; return how many."""
+        released = 0
+        for token, ids in batches:
+            self.holdings.settle(token, len(ids))
+            try:
+                released += await self.leases.release(token, ids, undeliver=undeliver)
+            except Exception as exc:  # noqa: BLE001 - the lease expires instead
+                logger.warning(
+                    "could not hand back %d task(s), they return after their lease: %s",
+                    len(ids),
+                    exc,
+                )
+        return released
+
+    async def close(self) -> None:
+        """Send pending commits, hand back every still-held message, stop the heartbeat."""
+        try:
+            await self.committer.drain()
+            held = self.holdings.tokens()
+            for token in held:
+                self.holdings.drop([token])
+                try:
+                    await self.leases.release(token)
+                except Exception as exc:  # noqa: BLE001 - the lease expires instead
+                    logger.warning("could not hand back reservation %s: %s", token, exc)
+        finally:
+            self.heartbeat.stop()
+
+    def _lost(self, tokens: set[str]) -> None:
+        # Called from the heartbeat thread.
+        logger.warning(
+            "%d reservation(s) expired while this worker held them (was it paused?); "
+            "their tasks may run again elsewhere",
+            len(tokens),
+        )

@@ -1,0 +1,64 @@
+"""Fixtures for the Taskiq integration: client brokers and real worker processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from tqhelpers import PYTHONPATH, Worker
+
+if TYPE_CHECKING:
+    from taskiq_simplebroker import SimpleBrokerTaskiqBroker
+
+
+@pytest.fixture
+def task_log(tmp_path: Path) -> Path:
+    """The file tasks of workerapp.py append their events to."""
+    return tmp_path / "tasks.log"
+
+
+@pytest.fixture
+def worker_env(redis_url: str, namespace: str, task_log: Path) -> dict[str, str]:
+    """Environment for workerapp.py: this test's server, namespace and log."""
+    return {
+        **os.environ,
+        "PYTHONPATH": PYTHONPATH,
+        "SIMPLEBROKER_REDIS_URL": redis_url,
+        "TQ_NAMESPACE": namespace,
+        "TQ_LOG": str(task_log),
+    }
+
+
+@pytest.fixture
+def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Start ``taskiq worker workerapp:broker`` processes; all are killed afterwards."""
+    started: list[Worker] = []
+
+    def start(*extra: str, env: dict[str, str] | None = None, command: str = "worker") -> Worker:
+        target = "workerapp:broker" if command == "worker" else "workerapp:scheduler"
+        args = [command, target, *extra]
+        if command == "worker" and "--workers" not in extra:
+            args += ["--workers", "1"]
+        log = tmp_path / f"{command}-{len(started)}.out"
+        worker = Worker(args, {**worker_env, **(env or {})}, log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+@pytest.fixture
+async def client(redis_url: str, namespace: str) -> AsyncIterator[SimpleBrokerTaskiqBroker]:
+    """A producer-side broker with a result backend, on this test's namespace."""
+    from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
+
+    broker = SimpleBrokerTaskiqBroker(redis_url, namespace=namespace)
+    broker.with_result_backend(SimpleBrokerResultBackend(runner=broker.runner))
+    await broker.startup()
+    yield broker
+    await broker.shutdown()

@@ -1,0 +1,173 @@
+"""Faults under real ``taskiq worker`` processes: kills, long tasks, poison, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from tqhelpers import events, eventually, kiq
+
+from simplebroker_redis import RedisRunner
+from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.devserver import DevServer
+from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
+from taskiq_simplebroker.wakeups import LoopWakeups
+
+#: Lease settings of these tests' workers: a kill is noticed within ~1.2 s.
+FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
+
+
+async def test_sigkilled_worker_loses_nothing(start_worker, client, task_log):
+    # The broker's default lease settings: the promise is "done within 15 s".
+    victim = start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "victim", "TQ_PREFETCH": "4"})
+    start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "survivor", "TQ_PREFETCH": "4"})
+    keys = [f"k{i}" for i in range(24)]
+    tasks = [await kiq(client, "record", key, 0.4) for key in keys]
+
+    def victim_busy() -> bool:
+        started = {e.key for e in events(task_log, "start") if e.worker == "victim"}
+        done = {e.key for e in events(task_log, "done") if e.worker == "victim"}
+        return bool(started - done)
+
+    await eventually(victim_busy, timeout=15, interval=0.01)
+    victim.kill()
+    killed_at = time.time()
+    in_flight = {e.key for e in events(task_log, "start") if e.worker == "victim"} - {
+        e.key for e in events(task_log, "done") if e.worker == "victim"
+    }
+    for task in tasks:
+        result = await task.wait_result(check_interval=0.02, timeout=20)
+        assert not result.is_err
+    finished = max(e.at for e in events(task_log, "done"))
+    assert finished - killed_at < 15, f"done {finished - killed_at:.1f} s after the kill"
+    done = events(task_log, "done")
+    assert {e.key for e in done} == set(keys), "a task was lost"
+    assert in_flight, "the kill landed between tasks; nothing was in flight"
+    # What the victim had in flight was redone by the survivor; nothing else ran twice.
+    assert in_flight <= {e.key for e in done if e.worker == "survivor"}
+    twice = {key for key, n in Counter(e.key for e in events(task_log, "start")).items() if n > 1}
+    assert twice <= in_flight
+
+
+async def test_long_tasks_are_not_redelivered_while_their_worker_lives(
+    start_worker, client, task_log
+):
+    # Two workers: a task whose lease lapsed would be taken by the other one.
+    start_worker(env={**FAST, "TQ_NAME": "a"})
+    start_worker(env={**FAST, "TQ_NAME": "b"})
+    blocking = await kiq(client, "block_loop", "blocking", 3.3)  # > 3 leases, loop blocked
+    # Its worker's loop is blocked now, so the other worker takes the next one.
+    await eventually(lambda: events(task_log, "start"), timeout=10, interval=0.01)
+    sleeping = await kiq(client, "record", "sleeping", 3.3)
+    for task in (blocking, sleeping):
+        assert not (await task.wait_result(check_interval=0.05, timeout=20)).is_err
+    await asyncio.sleep(1.2)  # one more lease: a lost lease would show up now
+    starts = Counter(e.key for e in events(task_log, "start"))
+    assert starts == {"blocking": 1, "sleeping": 1}
+
+
+async def test_poison_and_rejected_tasks_go_to_the_dead_letter_queue(
+    start_worker, client, task_log, redis_url, namespace
+):
+    start_worker(env={"TQ_LEASE": "0.5", "TQ_HEARTBEAT": "0.1", "TQ_MAX_DELIVERIES": "2"})
+    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
+    poison = await kiq(client, "poison", "p")
+    refused = await kiq(client, "refuse", "r")
+
+    def dead() -> list[str]:
+        return [body for body, _ in core.peek_many("taskiq.dead", 10)]
+
+    await eventually(lambda: len(dead()) == 2, timeout=20, interval=0.1)
+    assert any(poison.task_id in body for body in dead())
+    assert any(refused.task_id in body for body in dead())
+    starts = Counter(e.key for e in events(task_log, "start"))
+    assert starts == {"p": 2, "r": 1}  # the poison pill ran its two allowed deliveries
+    assert core.peek_many("taskiq", 10) == []
+    # The worker (restarted after each crash) still serves ordinary tasks.
+    added = await kiq(client, "add", 20, 22)
+    assert (await added.wait_result(check_interval=0.02, timeout=10)).return_value == 42
+
+
+@pytest.fixture
+def restartable(tmp_path: Path):
+    """A server with AOF (fsync always) that a test may kill and start again."""
+    server = DevServer(
+        data_dir=str(tmp_path / "aof"), appendonly=True, extra_args=["--appendfsync", "always"]
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+async def _restart(server: DevServer, *, crash: bool) -> None:
+    if crash:
+        server.kill()
+    else:
+        server.stop(remove_data=False)
+    await asyncio.sleep(0.8)
+    server.start()
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+async def test_worker_survives_a_server_restart(
+    start_worker, restartable, namespace, task_log, worker_env, busy
+):
+    worker = start_worker(env={**FAST, "SIMPLEBROKER_REDIS_URL": restartable.url})
+    producer = SimpleBrokerTaskiqBroker(restartable.url, namespace=namespace)
+    producer.with_result_backend(SimpleBrokerResultBackend(runner=producer.runner))
+    await producer.startup()
+    try:
+        first = await kiq(producer, "record", "before", 0.0)
+        await first.wait_result(check_interval=0.02, timeout=15)
+        busy_tasks = [await kiq(producer, "record", f"b{i}", 0.3) for i in range(12 if busy else 0)]
+        if busy:
+            await eventually(lambda: events(task_log, "start")[1:], timeout=10, interval=0.01)
+        await _restart(restartable, crash=busy)
+        await asyncio.sleep(1.5)  # the worker meets the dead connections first
+        after = await _kick_retrying(producer, "after")
+        for task in [*busy_tasks, after]:
+            assert not (await task.wait_result(check_interval=0.05, timeout=20)).is_err
+    finally:
+        await producer.shutdown()
+    done = {e.key for e in events(task_log, "done")}
+    assert done == {"before", "after", *(f"b{i}" for i in range(12 if busy else 0))}
+    # Every task was acknowledged on the restarted server (its script cache
+    # was empty: the commit pipeline's EVALSHA met NOSCRIPT and recovered).
+    core = RedisBrokerCore(RedisRunner(restartable.url, namespace=namespace))
+    await eventually(lambda: core.peek_many("taskiq", 100) == [], timeout=10)
+    assert len({e.pid for e in events(task_log)}) == 1, "the worker process was restarted"
+    assert worker.process.poll() is None
+
+
+async def _kick_retrying(producer: SimpleBrokerTaskiqBroker, key: str):
+    """Kick once; a pooled connection of the old server may fail the first try."""
+    try:
+        return await kiq(producer, "record", key, 0.0)
+    except Exception:  # noqa: BLE001 - retried once, like a client would
+        return await kiq(producer, "record", key, 0.0)
+
+
+async def test_wakeups_reconnect_after_a_server_restart(restartable, namespace):
+    runner = AsyncRedisRunner(restartable.url, namespace=namespace)
+    wakeups = LoopWakeups(runner, "q")
+    await wakeups.start()
+    assert await wakeups.wait(0.5)  # the first subscription wakes once
+    assert not await wakeups.wait(0.2)
+    restartable.kill()
+    await asyncio.sleep(0.3)
+    restartable.start()
+    started = time.monotonic()
+    assert await wakeups.wait(5.0), "no wake-up after the reconnect"
+    assert time.monotonic() - started < 2.0
+    publisher = redis.Redis.from_url(restartable.url)
+    assert await wakeups.wait(0.01) is False
+    publisher.publish(runner.keys.wake_channel("q"), "1")
+    assert await wakeups.wait(2.0), "a publish after the restart was not seen"
+    publisher.close()
+    await wakeups.close()
+    await runner.aclose()

@@ -1,0 +1,81 @@
+"""``taskiq worker`` processes end to end: results, progress, delays, retries, forks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tqhelpers import events, eventually, kiq
+
+from taskiq_simplebroker import ResultIsMissingError, SimpleBrokerResultBackend
+
+
+async def test_results_progress_retries_and_delays(start_worker, client, task_log):
+    worker = start_worker()
+    added = await kiq(client, "add", 2, 3)
+    assert (await added.wait_result(check_interval=0.02, timeout=15)).return_value == 5
+
+    slow = await kiq(client, "slow", 1.2)
+    progress = await eventually(slow.get_progress, timeout=5, interval=0.02)
+    assert progress.state == "STARTED" and progress.meta["of"] == 4
+    assert not await slow.is_ready()
+    assert await eventually(lambda: _step_at_least(slow, 2), timeout=5, interval=0.05)
+    assert (await slow.wait_result(check_interval=0.05, timeout=5)).return_value == "slept"
+
+    # Fails twice, retried by SmartRetryMiddleware with a 0.6 s delay label:
+    # honoured by the broker itself, no scheduler involved. (Kicked by name,
+    # so the labels the task declares are passed here.)
+    flaky = await kiq(client, "flaky", "f1", 2, retry_on_error=True, max_retries=3, delay=0.6)
+    outcome = await flaky.wait_result(check_interval=0.05, timeout=10)
+    assert outcome.return_value == 3 and not outcome.is_err
+    attempts = [e.at for e in events(task_log, "attempt")]
+    assert len(attempts) == 3
+    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:], strict=False)]
+    assert min(gaps) >= 0.55, gaps
+
+    started = time.monotonic()
+    delayed = await kiq(client, "add", 1, 1, delay=1.0)
+    await asyncio.sleep(0.6)
+    assert not await delayed.is_ready()
+    assert (await delayed.wait_result(check_interval=0.02, timeout=5)).return_value == 2
+    assert 0.95 <= time.monotonic() - started < 3.0
+    assert worker.stop() == 0
+
+
+async def _step_at_least(task, step: int) -> bool:
+    progress = await task.get_progress()
+    return progress is not None and progress.meta["step"] >= step
+
+
+async def test_forked_workers_share_the_queue(start_worker, client, task_log):
+    worker = start_worker("--workers", "2", env={"TQ_PREFETCH": "2"})
+    tasks = [await kiq(client, "record", f"k{i}", 0.05) for i in range(24)]
+    for task in tasks:
+        await task.wait_result(check_interval=0.02, timeout=20)
+    done = events(task_log, "done")
+    assert sorted(e.key for e in done) == sorted(f"k{i}" for i in range(24))
+    assert len({e.pid for e in done}) == 2, "both forked processes should have worked"
+    assert worker.stop() == 0
+
+
+async def test_expiring_and_one_shot_results_from_a_worker(
+    start_worker, client, redis_url, namespace
+):
+    start_worker(env={"TQ_RESULT_PX": "700"})
+    expiring = await kiq(client, "add", 1, 2)
+    assert (await expiring.wait_result(check_interval=0.02, timeout=15)).return_value == 3
+    await asyncio.sleep(0.9)
+    assert not await expiring.is_ready()
+
+    one_shot = SimpleBrokerResultBackend(redis_url, namespace=namespace, keep_results=False)
+    task = await kiq(client, "add", 4, 5)
+    await eventually(task.is_ready, timeout=10, interval=0.02)
+    assert (await one_shot.get_result(task.task_id)).return_value == 9
+    try:
+        await one_shot.get_result(task.task_id)
+    except ResultIsMissingError:
+        pass
+    else:
+        raise AssertionError("a one-shot result was read twice")
+    assert not await task.is_ready()
+    await one_shot.shutdown()

@@ -1,0 +1,126 @@
+"""The Taskiq app the tests run under ``taskiq worker`` (configured by environment).
+
+``TQ_*`` variables pick the namespace, queue and lease settings, so every
+test runs its own worker against its own namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+from taskiq import Context, TaskiqDepends, TaskiqScheduler
+from taskiq.depends.progress_tracker import ProgressTracker, TaskState
+from taskiq.middlewares import SmartRetryMiddleware
+from taskiq.schedule_sources import LabelScheduleSource
+
+from taskiq_simplebroker import (
+    SimpleBrokerResultBackend,
+    SimpleBrokerScheduleSource,
+    SimpleBrokerTaskiqBroker,
+)
+
+
+def _timing() -> dict[str, float]:
+    """Lease settings: fast ones for tests, the broker's own with TQ_LEASE=default."""
+    if os.environ.get("TQ_LEASE") == "default":
+        return {}
+    return {
+        "lease_seconds": float(os.environ.get("TQ_LEASE", "1.0")),
+        "heartbeat_interval": float(os.environ.get("TQ_HEARTBEAT", "0.2")),
+    }
+
+
+def _optional_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value else None
+
+
+broker = SimpleBrokerTaskiqBroker(
+    namespace=os.environ["TQ_NAMESPACE"],
+    queue=os.environ.get("TQ_QUEUE", "taskiq"),
+    prefetch=int(os.environ.get("TQ_PREFETCH", "8")),
+    max_deliveries=_optional_int("TQ_MAX_DELIVERIES"),
+    **_timing(),
+).with_middlewares(SmartRetryMiddleware(default_retry_count=3, default_delay=0.5))
+broker.with_result_backend(
+    SimpleBrokerResultBackend(
+        runner=broker.runner,
+        keep_results=os.environ.get("TQ_KEEP_RESULTS", "1") == "1",
+        result_px_time=_optional_int("TQ_RESULT_PX"),
+    )
+)
+schedule_source = SimpleBrokerScheduleSource(runner=broker.runner)
+scheduler = TaskiqScheduler(broker, sources=[LabelScheduleSource(broker), schedule_source])
+
+LOG = Path(os.environ.get("TQ_LOG", os.devnull))
+NAME = os.environ.get("TQ_NAME", "worker")
+
+
+def log(event: str, key: object) -> None:
+    """Append one line to the test's log (O_APPEND: safe across processes)."""
+    with LOG.open("a", encoding="utf-8") as out:
+        out.write(f"{event} {key} {NAME} {os.getpid()} {time.time():.3f}\n")
+
+
+@broker.task
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+@broker.task
+async def slow(
+    seconds: float, progress: Annotated[ProgressTracker[dict[str, int]], TaskiqDepends()]
+) -> str:
+    steps = 4
+    for step in range(steps):
+        await progress.set_progress(TaskState.STARTED, {"step": step, "of": steps})
+        await asyncio.sleep(seconds / steps)
+    return "slept"
+
+
+@broker.task
+async def record(key: str, seconds: float = 0.0) -> str:
+    log("start", key)
+    await asyncio.sleep(seconds)
+    log("done", key)
+    return key
+
+
+@broker.task
+async def block_loop(key: str, seconds: float) -> str:
+    """Blocks the whole event loop (as careless sync code does) for ``seconds``."""
+    log("start", key)
+    time.sleep(seconds)
+    log("done", key)
+    return key
+
+
+@broker.task(retry_on_error=True, max_retries=3, delay=0.6)
+async def flaky(key: str, failures: int) -> int:
+    log("attempt", key)
+    attempts = sum(1 for line in LOG.read_text().splitlines() if line.startswith(f"attempt {key} "))
+    if attempts <= failures:
+        raise RuntimeError(f"failure {attempts}")
+    return attempts
+
+
+@broker.task
+async def poison(key: str) -> None:
+    log("start", key)
+    os._exit(1)  # a task that takes its worker down with it
+
+
+@broker.task
+async def refuse(key: str, context: Annotated[Context, TaskiqDepends()]) -> None:
+    log("start", key)
+    context.reject()
+
+
+@broker.task(schedule=[{"cron": "* * * * *", "args": ["label"]}])
+async def scheduled(key: str) -> str:
+    log("scheduled", key)
+    return key
