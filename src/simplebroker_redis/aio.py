@@ -4,8 +4,8 @@
 (same target, options, keys, scripts and error translation) on
 ``redis.asyncio``. :class:`AsyncLeases` runs the very same Lua scripts as
 :class:`~simplebroker_redis.Leases`; neither side re-implements a state
-transition. :class:`AsyncActivity` bridges the process's Pub/Sub listener
-thread into asyncio.
+transition. :class:`AsyncActivity` reads the queues' Pub/Sub wake-up
+channels on the event loop itself (the sync waiters use a listener thread).
 
 Connections open lazily, per process and event loop, so a broker object made
 at import time is safe to use in forked worker processes.
@@ -14,6 +14,7 @@ at import time is safe to use in forked worker processes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -24,7 +25,6 @@ import redis.asyncio as aioredis
 from simplebroker import resolve_config
 from simplebroker.ext import DatabaseError, TimestampError
 
-from .activity import listener_for
 from .errors import ScriptConflict, translate
 from .keys import format_id
 from .leases import (
@@ -46,6 +46,13 @@ from .scripts import ScriptName, Scripts
 from .validation import validate_message, validate_queue_name
 
 T = TypeVar("T")
+
+logger = logging.getLogger("simplebroker_redis")
+
+_SUBSCRIBE_WAIT = 5.0  # seconds AsyncActivity.start waits for its subscription
+_PING_INTERVAL = 30.0  # idle seconds before a subscription is checked with PING
+_BACKOFF_MIN = 0.1  # reconnect backoff bounds, seconds
+_BACKOFF_MAX = 5.0
 
 
 class AsyncRedisRunner:
@@ -285,51 +292,117 @@ class AsyncLeases:
 
 
 class AsyncActivity:
-    """Asyncio wake-ups for queues, fed by the process's Pub/Sub listener thread."""
+    """Pub/Sub wake-ups for queues, read by the running event loop itself.
+
+    Every script that makes messages of a queue claimable publishes on the
+    queue's wake channel. This subscribes on a dedicated asyncio connection
+    (never one of the command pool), so a wake-up reaches a waiting
+    coroutine without a thread hop. Wake-ups are hints: after every
+    (re)connect the waiter is woken once, since one may have been missed,
+    and the caller simply asks the server again. Reconnects back off from
+    0.1 s to 5 s; an idle subscription sends one PING per 30 s.
+    """
 
     def __init__(self, runner: AsyncRedisRunner, queue_names: Sequence[str]) -> None:
-        self._runner = runner
-        self._channels = tuple(runner.keys.wake_channel(q) for q in dict.fromkeys(queue_names))
-        self._event: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._callback: Callable[[], None] | None = None
-        self._pid = 0
+        names = list(dict.fromkeys(queue_names))
+        if not names:
+            raise ValueError("queue_names cannot be empty")
+        for name in names:
+            validate_queue_name(name)
+        self._target = runner.sync.target
+        self._kwargs: dict[str, Any] = runner.sync.connection_kwargs()
+        # A subscribed connection idles between messages: no read timeout.
+        self._kwargs.update(socket_timeout=None, socket_keepalive=True)
+        self._kwargs["client_name"] = f"simplebroker-redis-wake:{os.getpid()}"
+        self._channels = [runner.keys.wake_channel(name) for name in names]
+        self._where = runner.where
+        self._event = asyncio.Event()
+        self._subscribed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
-    async def _ensure(self) -> asyncio.Event:
-        loop = asyncio.get_running_loop()
-        if self._event is None or self._loop is not loop or self._pid != os.getpid():
-            self.close()
-            event = asyncio.Event()
-
-            def wake() -> None:
-                loop.call_soon_threadsafe(event.set)
-
-            self._event, self._loop, self._callback, self._pid = event, loop, wake, os.getpid()
-            listener = listener_for(self._runner.sync)
-            # register() may wait for the listener's first connection: keep
-            # that off the event loop.
-            await loop.run_in_executor(None, listener.register, self._channels, wake)
-        return self._event
+    async def start(self) -> None:
+        """Subscribe; return once subscribed, or after a few seconds."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="simplebroker-redis-wakeups"
+            )
+        try:
+            async with asyncio.timeout(_SUBSCRIBE_WAIT):
+                await self._subscribed.wait()
+        except TimeoutError:
+            logger.warning("no wake-up subscription yet at %s; retrying", self._where)
 
     async def wait(self, timeout: float) -> bool:
-        """Wait for a wake-up up to ``timeout`` seconds; True when woken."""
-        event = await self._ensure()
+        """Wait up to ``timeout`` seconds for a wake-up; True when woken."""
+        if self._task is None:
+            await self.start()
+        event = self._event
         if not event.is_set():
             try:
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
             except TimeoutError:
                 return False
         event.clear()
         return True
 
-    def close(self) -> None:
-        """Drop this object's registrations (idempotent)."""
-        if self._callback is not None and self._pid == os.getpid():
-            listener = listener_for(self._runner.sync)
-            for channel in self._channels:
-                try:
-                    listener.unregister(channel, self._callback)
-                except (redis.RedisError, OSError):
-                    pass
-        self._callback = None
-        self._event = None
+    async def close(self) -> None:
+        """Unsubscribe and close the connection (idempotent)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        clock = asyncio.get_running_loop().time
+        backoff = _BACKOFF_MIN
+        failing = False
+        while True:
+            client = aioredis.Redis.from_url(self._target, **self._kwargs)
+            pubsub: Any = client.pubsub(ignore_subscribe_messages=True)
+            subscribed_at = None
+            try:
+                await pubsub.subscribe(*self._channels)
+                subscribed_at = clock()
+                self._subscribed.set()
+                self._event.set()  # a wake-up may have been missed meanwhile
+                if failing:
+                    logger.info("wake-up subscription at %s restored", self._where)
+                failing = False
+                await self._serve(pubsub)
+            except Exception as exc:  # noqa: BLE001 - the subscription must outlive any failure
+                if not failing:
+                    kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
+                    logger.warning("wake-up subscription at %s %s: %r", self._where, kind, exc)
+                failing = True
+            finally:
+                await _close_quietly(pubsub, client)
+            if subscribed_at is not None and clock() - subscribed_at > _BACKOFF_MAX:
+                backoff = _BACKOFF_MIN  # it worked for a while: reconnect quickly
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    async def _serve(self, pubsub: Any) -> None:
+        clock = asyncio.get_running_loop().time
+        while True:
+            started = clock()
+            message = await pubsub.get_message(timeout=_PING_INTERVAL)
+            if message is not None:
+                if message.get("type") == "message":
+                    self._event.set()
+            elif clock() - started >= _PING_INTERVAL:
+                # Idle: check the connection. (None alone does not mean idle:
+                # redis-py also returns None for replies it ignores, such as
+                # a decoded PONG, so pinging on None would never stop.)
+                await pubsub.ping()
+
+
+async def _close_quietly(*resources: Any) -> None:
+    for resource in resources:
+        try:
+            await resource.aclose()
+        except (redis.RedisError, OSError, RuntimeError):
+            pass  # the connection is broken already

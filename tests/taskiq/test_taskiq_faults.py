@@ -12,11 +12,10 @@ import redis
 from tqhelpers import events, eventually, kiq
 
 from simplebroker_redis import RedisRunner
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
-from taskiq_simplebroker.wakeups import LoopWakeups
 
 #: Lease settings of these tests' workers: a kill is noticed within ~1.2 s.
 FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
@@ -154,7 +153,7 @@ async def _kick_retrying(producer: SimpleBrokerTaskiqBroker, key: str):
 
 async def test_wakeups_reconnect_after_a_server_restart(restartable, namespace):
     runner = AsyncRedisRunner(restartable.url, namespace=namespace)
-    wakeups = LoopWakeups(runner, "q")
+    wakeups = AsyncActivity(runner, ["q"])
     await wakeups.start()
     assert await wakeups.wait(0.5)  # the first subscription wakes once
     assert not await wakeups.wait(0.2)

@@ -4,8 +4,9 @@ One :class:`Listener` serves one ``broker.listen()`` call. When its buffer
 is empty it reserves as many messages as its prefetch window has room for,
 in one round trip. Once a reservation comes back short (the queue is empty)
 it sleeps on the queue's Pub/Sub wake-up channel (every write, release and
-recovery publishes there, see :mod:`.wakeups`) until woken, until the next delayed message is
-due, or for at most :data:`IDLE_RECHECK` seconds: there is no polling loop.
+recovery publishes there; see :class:`simplebroker_redis.aio.AsyncActivity`)
+until woken, until the next delayed message is due, or for at most
+:data:`IDLE_RECHECK` seconds: there is no polling loop.
 
 A redelivered message on its last allowed delivery (``max_deliveries``)
 runs alone: the rest of its reservation is handed back, and it is yielded
@@ -33,12 +34,12 @@ from typing import Any, Final
 
 from taskiq.acks import AckableMessage
 
+from simplebroker_redis.aio import AsyncActivity
 from simplebroker_redis.leases import Lease, LeasedMessage
 
 from .codec import decode_body
 from .errors import is_transient
 from .runtime import PrefetchWindow, Runtime
-from .wakeups import LoopWakeups
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -77,7 +78,7 @@ class Listener:
         self.max_deliveries = max_deliveries
         self.window = PrefetchWindow(prefetch)
         self._buffer: deque[tuple[str, LeasedMessage]] = deque()
-        self._wakeups = LoopWakeups(runtime.runner, queue)
+        self._wakeups = AsyncActivity(runtime.runner, [queue])
         self._failing = False
         self._drained = False  #: the last reservation found the queue empty
         self._due_at: float | None = None  #: when the next delayed message is due
