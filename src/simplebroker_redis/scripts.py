@@ -8,6 +8,7 @@ example after ``SCRIPT FLUSH`` or a server restart).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
@@ -56,6 +57,17 @@ def script_source(name: str) -> str:
     library = (package / "_lib.lua").read_text(encoding="utf-8")
     body = (package / f"{name}.lua").read_text(encoding="utf-8")
     return f"{library}\n-- ==== {name}.lua ====\n{body}"
+
+
+@cache
+def script_sha(name: str) -> str:
+    """Return the SHA1 that EVALSHA uses for script ``name``.
+
+    For callers that pipeline scripts by hand (a redis-py ``Script`` in a
+    pipeline costs an extra SCRIPT EXISTS round trip); on NOSCRIPT they fall
+    back to :meth:`RedisRunner.call`, which loads the script.
+    """
+    return hashlib.sha1(script_source(name).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

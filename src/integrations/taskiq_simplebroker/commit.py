@@ -18,12 +18,10 @@ with exponential backoff; the heartbeat keeps the leases alive meanwhile.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -32,7 +30,7 @@ import redis.exceptions as rx
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.errors import translate
 from simplebroker_redis.leases import settle_args
-from simplebroker_redis.scripts import script_source
+from simplebroker_redis.scripts import script_sha
 
 from .errors import is_transient
 
@@ -51,12 +49,6 @@ COALESCE_SECONDS: Final[float] = 0.0005
 
 #: ... unless this many are waiting already.
 COALESCE_MAX: Final[int] = 32
-
-
-@cache
-def script_sha(name: str) -> str:
-    """Return the SHA1 that EVALSHA uses for the backend script ``name``."""
-    return hashlib.sha1(script_source(name).encode("utf-8")).hexdigest()
 
 
 @dataclass(slots=True, eq=False)
