@@ -49,13 +49,15 @@ class Listener:
     def __init__(self, runner: RedisRunner) -> None:
         self._runner = runner
         self._lock = threading.RLock()
+        # Signalled when the server confirms a (un)subscription.
+        self._confirm = threading.Condition(self._lock)
+        self._confirmed: set[str] = set()
         self._callbacks: dict[str, set[Callback]] = {}
         self._pubsub: Any = None
         self._client: Any = None
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
-        self._ready = threading.Event()
         # Always subscribed to one control channel, so the connection stays in
         # subscribed mode (liveness PINGs are answered as pub/sub messages).
         self._control = runner.keys.wake_prefix + "~listener"
@@ -77,9 +79,11 @@ class Listener:
                     self._pubsub.subscribe(*fresh)
                 except (redis.RedisError, OSError):
                     self._poke()  # the listener thread reconnects and resubscribes
-        # Let the first connection come up so the subscription is live when
-        # the waiter is returned; an unreachable server only delays this.
-        self._ready.wait(CONNECT_WAIT)
+            # Return only once the server confirmed every channel, so a write
+            # made right after the waiter exists cannot be missed. An
+            # unreachable server only delays this (CONNECT_WAIT at most).
+            wanted = set(channels)
+            self._confirm.wait_for(lambda: wanted <= self._confirmed, CONNECT_WAIT)
 
     def unregister(self, channel: str, callback: Callback) -> None:
         """Stop delivering ``channel`` to ``callback``; raises if UNSUBSCRIBE fails."""
@@ -116,12 +120,12 @@ class Listener:
         kwargs["socket_keepalive"] = True
         client = redis.Redis.from_url(self._runner.target, **kwargs)
         # redis-py leaves pubsub() unannotated.
-        pubsub: Any = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub: Any = client.pubsub()  # type: ignore[no-untyped-call]
         with self._lock:
+            self._confirmed.clear()
             pubsub.subscribe(self._control, *self._callbacks)
             self._pubsub = pubsub
             self._client = client  # owns the pool; dropping it closes the socket
-        self._ready.set()
 
     def _disconnect(self) -> None:
         with self._lock:
@@ -150,9 +154,15 @@ class Listener:
         while True:
             with self._lock:
                 message = self._pubsub.get_message(timeout=0) if self._pubsub else None
+                kind = None if message is None else message.get("type")
+                if kind == "subscribe":
+                    self._confirmed.add(str(message["channel"]))  # type: ignore[index]
+                    self._confirm.notify_all()
+                elif kind == "unsubscribe":
+                    self._confirmed.discard(str(message["channel"]))  # type: ignore[index]
             if message is None:
                 return
-            if message.get("type") in ("message", "pmessage"):
+            if kind == "message":
                 self._dispatch(str(message["channel"]))
 
     def _run(self) -> None:

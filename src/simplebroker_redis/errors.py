@@ -21,6 +21,13 @@ from simplebroker.ext import (
     TimestampError,
 )
 
+# Pipelines prefix the server's reply ("Command # 2 (ZCARD ...) ...: WRONGTYPE").
+_WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
+
+# redis-py's wording for a connection that could not be opened: nothing was
+# sent, so retrying cannot repeat a command.
+_CONNECT_FAILED_RE: Final = re.compile(r"(?i)(?:error [-\d]+ )?connecting to|connection refused")
+
 _SCRIPT_ERROR_RE: Final = re.compile(
     r"^SBR_([A-Z]+) ?(.*?)(?: script: [0-9a-f]+, on @user_script:\d+\.)?$", re.S
 )
@@ -97,11 +104,11 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
     if match:
         return script_error(match.group(1), match.group(2), where)
     text = str(exc)
-    if text.startswith("WRONGTYPE"):
+    if _WRONGTYPE_RE.search(text):
         return DataError(f"damaged simplebroker-redis data in {where}: {text}")
     if text.startswith(("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")):
         return _operational(f"Redis at {where} is busy: {text}", retryable=True)
-    if text.startswith("NOPERM"):
+    if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):
         return _operational(f"Redis at {where} denied access: {text}", retryable=False)
     return _operational(f"Redis at {where} rejected a command: {text}", retryable=False)
 
@@ -131,7 +138,7 @@ def translate(exc: BaseException, where: str) -> BaseException:
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
         return _operational(
             f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}",
-            retryable=False,
+            retryable=bool(_CONNECT_FAILED_RE.search(str(exc))),
         )
     if isinstance(exc, rx.RedisError):
         return _operational(f"Redis error at {where}: {exc}", retryable=False)

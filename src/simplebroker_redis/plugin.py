@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from simplebroker.ext import ActivityWaiter, BrokerConnection
+from simplebroker.ext import ActivityWaiter, BrokerConnection, DataError
 
 from . import target as namespace_ops
 from .keys import SCHEMA_VERSION, format_id
@@ -145,7 +145,16 @@ class RedisBackendPlugin:
         """Return the durable high-water mark (0 for an empty namespace)."""
         key = runner.keys.meta
         value = runner.execute(lambda client: client.hget(key, "last_ts"), idempotent=True)
-        return int(value or 0)
+        if value is None:
+            return 0
+        if not (
+            isinstance(value, str) and len(value) == 19 and value.isascii() and value.isdigit()
+        ):
+            raise DataError(
+                f"damaged simplebroker-redis data in {runner.where}: "
+                "last_ts is not a 19-digit message ID"
+            )
+        return int(value)
 
     def advance_last_ts(self, runner: RedisRunner, *, new_ts: int) -> bool:
         """Raise the durable high-water to ``new_ts``; return whether it moved."""

@@ -126,7 +126,7 @@ class QueuesMixin(CoreBase):
         return dict(zip(names, self._runner.execute(fetch, idempotent=True), strict=True))
 
     def status(self) -> dict[str, int]:
-        """Return total messages, the durable high-water and memory used."""
+        """Return total messages and the durable high-water mark."""
         keys = self._runner.keys
 
         def fetch(client: Any) -> list[Any]:
@@ -134,8 +134,6 @@ class QueuesMixin(CoreBase):
             for key in (keys.claimed, keys.pending, keys.reserved, keys.delayed):
                 pipe.zcard(key)
             pipe.hget(keys.meta, "last_ts")
-            for key in keys.fixed_keys:
-                pipe.memory_usage(key)
             return list(pipe.execute())
 
         values = self._runner.execute(fetch, idempotent=True)

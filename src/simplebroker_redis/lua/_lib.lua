@@ -194,8 +194,13 @@ local function id_incr(id)
   return string.char(unpack(digits))
 end
 
+-- The durable high-water mark; raises CORRUPT unless it is 19 digits.
 local function last_ts()
-  return redis.call('HGET', K_META, 'last_ts') or ZERO_ID
+  local value = redis.call('HGET', K_META, 'last_ts') or ZERO_ID
+  if #value ~= 19 or not string.find(value, '^%d+$') then
+    fail('CORRUPT', K_META .. ' last_ts is not a 19-digit message ID')
+  end
+  return value
 end
 
 -- Allocate `count` increasing IDs above the durable high-water mark.
@@ -245,32 +250,62 @@ local function drop_token(token)
   redis.call('ZREM', K_LEASES, token)
 end
 
+-- Decode a token's record. Returns nil when the token does not exist, and
+-- raises CORRUPT when the record is damaged (not JSON, or fields missing).
+local function read_record(token)
+  local raw = redis.call('HGET', K_TOKENS, token)
+  if not raw then return nil end
+  local ok, record = pcall(cjson.decode, raw)
+  if not ok or type(record) ~= 'table' or type(record.q) ~= 'string'
+    or tonumber(record.d) == nil or tonumber(record.l) == nil then
+    fail('CORRUPT', 'reservation ' .. token .. ' has a damaged record')
+  end
+  return record
+end
+
+-- A message's delivery count; raises CORRUPT when it is not a count.
+local function delivery_count(id)
+  local raw = redis.call('HGET', K_DELIVERIES, id)
+  if not raw then return 0 end
+  local count = tonumber(raw)
+  if not count or count < 0 or count ~= math.floor(count) then
+    fail('CORRUPT', 'message ' .. id .. ' has a damaged delivery count')
+  end
+  return count
+end
+
 -- Return reserved `ids` of a token to pending, or to delayed until `due`
 -- (server us). Only IDs still owned by `token` move, so a stale caller can
 -- never release a newer reservation of the same message. `undeliver` takes
 -- back the delivery count (the messages never reached a handler). A message
 -- that used up the record's max deliveries goes to its dead-letter queue.
--- Returns the number of IDs moved.
+-- Validates everything before its first write. Returns the number moved.
 local function release_ids(token, record, ids, due, undeliver)
   local queue = record.q
   local max_deliveries = tonumber(record.m or '0') or 0
-  local moved, dead, drop = {}, {}, {}
+  local owned, counts, drop = {}, {}, {}
   for _, id in ipairs(ids) do
-    local member = mem(queue, id)
     if redis.call('HGET', K_OWNERS, id) == token
-      and redis.call('ZREM', K_RESERVED, member) == 1 then
-      redis.call('HDEL', K_OWNERS, id)
-      local count = tonumber(redis.call('HGET', K_DELIVERIES, id) or '0')
-      if undeliver and count > 0 then
-        count = redis.call('HINCRBY', K_DELIVERIES, id, -1)
-      end
-      if not undeliver and max_deliveries > 0 and record.x ~= '' and count >= max_deliveries then
-        dead[#dead + 1] = member
-      else
-        moved[#moved + 1] = member
-      end
+      and redis.call('ZSCORE', K_RESERVED, mem(queue, id)) then
+      owned[#owned + 1] = id
+      counts[#owned] = delivery_count(id)
     end
     drop[#drop + 1] = token .. ' ' .. id
+  end
+  local moved, dead = {}, {}
+  for i, id in ipairs(owned) do
+    local member = mem(queue, id)
+    local count = counts[i]
+    redis.call('ZREM', K_RESERVED, member)
+    redis.call('HDEL', K_OWNERS, id)
+    if undeliver and count > 0 then
+      count = redis.call('HINCRBY', K_DELIVERIES, id, -1)
+    end
+    if not undeliver and max_deliveries > 0 and record.x ~= '' and count >= max_deliveries then
+      dead[#dead + 1] = member
+    else
+      moved[#moved + 1] = member
+    end
   end
   zrem_all(K_TOKEN_IDS, drop)
   if #moved > 0 then
@@ -303,25 +338,41 @@ local function release_token(token, record)
   return release_ids(token, record, ids_of(token_members(token)), 0, false)
 end
 
+-- Recover one expired token; returns IDs released, or -1 when it was skipped.
+local function recover_token(token, now, queue)
+  local record = read_record(token)
+  if not record then
+    redis.call('ZREM', K_LEASES, token)
+    return -1
+  end
+  local deadline = tonumber(record.d)
+  if (queue ~= '' and record.q ~= queue) or deadline < 0 or deadline >= now then
+    return -1
+  end
+  return release_token(token, record)
+end
+
 -- Release every reservation whose lease deadline is before `now` (at most
 -- `max_tokens` of them, optionally only those of `queue`). Age is qualified
 -- in exact integer microseconds of server time, re-read from the token's own
--- record. Returns {live IDs released, tokens released, more expired left}.
-local function recover_expired(now, queue, max_tokens)
+-- record. A damaged token raises CORRUPT, unless `lenient` (the upkeep that
+-- starts every claim), which skips it so one bad record cannot stop every
+-- reader of the namespace; each token validates before it writes, so a
+-- skipped token changed nothing. Returns {IDs released, tokens, more left}.
+local function recover_expired(now, queue, max_tokens, lenient)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
     'BYSCORE', 'LIMIT', 0, max_tokens)
   local released, recovered = 0, 0
   for _, token in ipairs(tokens) do
-    local raw = redis.call('HGET', K_TOKENS, token)
-    if not raw then
-      redis.call('ZREM', K_LEASES, token)
+    local ok, got
+    if lenient then
+      ok, got = pcall(recover_token, token, now, queue)
     else
-      local record = cjson.decode(raw)
-      local deadline = tonumber(record.d)
-      if (queue == '' or record.q == queue) and deadline >= 0 and deadline < now then
-        released = released + release_token(token, record)
-        recovered = recovered + 1
-      end
+      ok, got = true, recover_token(token, now, queue)
+    end
+    if ok and got >= 0 then
+      released = released + got
+      recovered = recovered + 1
     end
   end
   local more = 0
@@ -350,7 +401,7 @@ end
 -- Opportunistic upkeep run at the start of every claim or reservation.
 local function upkeep()
   local now = now_us()
-  recover_expired(now, '', 16)
+  recover_expired(now, '', 16, true)
   promote_due(now, 256)
   return now
 end

@@ -23,5 +23,4 @@ end
 local all = {}
 for i = 2, #KEYS do all[#all + 1] = KEYS[i] end
 check_ns(all)
-if not redis.call('HGET', K_META, 'last_ts') then fail('CORRUPT', 'meta has no last_ts') end
 return 'ready'

@@ -9,9 +9,8 @@
 check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_DELIVERIES,
   K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local token = ARGV[2]
-local raw = redis.call('HGET', K_TOKENS, token)
-if not raw then return 0 end
-local record = cjson.decode(raw)
+local record = read_record(token)
+if not record then return 0 end
 local ids = {}
 if ARGV[5] == '*' then
   ids = ids_of(token_members(token))

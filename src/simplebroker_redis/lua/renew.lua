@@ -8,11 +8,10 @@ local now = now_us()
 local lost = {}
 for i = 3, #ARGV do
   local token = ARGV[i]
-  local raw = redis.call('HGET', K_TOKENS, token)
-  if not raw then
+  local record = read_record(token)
+  if not record then
     lost[#lost + 1] = token
   else
-    local record = cjson.decode(raw)
     local lease = tonumber(record.l)
     if ARGV[2] ~= '' then lease = tonumber(ARGV[2]) end
     if lease >= 0 then

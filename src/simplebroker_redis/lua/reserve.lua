@@ -37,6 +37,7 @@ local head = {string.format('%.0f', now), string.format('%.0f', deadline), next_
 if #members == 0 then return head end
 
 local bodies = bodies_of(members)
+for _, member in ipairs(members) do delivery_count(mid(member)) end
 zrem_all(K_PENDING, members)
 zadd_all(K_RESERVED, members)
 local links = {}

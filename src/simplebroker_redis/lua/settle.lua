@@ -12,12 +12,11 @@
 check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_CLAIMED, K_BODIES, K_DELIVERIES,
   K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local token, mode = ARGV[2], ARGV[3]
-local raw = redis.call('HGET', K_TOKENS, token)
-if not raw then
+local record = read_record(token)
+if not record then
   if ARGV[5] == '*' then return {0, -1} end
   return {0, #ARGV - 4}
 end
-local record = cjson.decode(raw)
 local queue = record.q
 local target = ARGV[4]
 if target == '' then target = record.t end
