@@ -22,6 +22,7 @@ from tqhelpers import eventually, kiq, make_broker, receiving
 from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.errors import translate
 from taskiq_simplebroker import (
     ConfigurationError,
@@ -374,19 +375,26 @@ def top_level_calls(raw) -> dict[str, int]:
     return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "ping")}
 
 
-async def test_an_idle_listener_sends_almost_nothing(client, redis_url, namespace, raw):
-    worker = make_broker(redis_url, namespace, lease_seconds=4.0, heartbeat_interval=1.0)
-    listener = worker.listen()
-    waiting = asyncio.ensure_future(take(listener, 10.0))
-    await asyncio.sleep(0.5)  # subscribed, one empty reservation, asleep
-    before = top_level_calls(raw)
-    await asyncio.sleep(2.0)
-    after = top_level_calls(raw)
-    # No polling: only the heartbeat's recovery pass (one script per second).
-    assert after["ping"] - before["ping"] == 0
-    assert after["evalsha"] - before["evalsha"] <= 3
-    await kiq(client, "add", 1, 1)  # and a wake-up still arrives at once
-    message = await asyncio.wait_for(waiting, 2.0)
-    await message.ack()
-    await listener.aclose()
-    await worker.shutdown()
+async def test_an_idle_listener_sends_almost_nothing(tmp_path):
+    # A private server: the session server also carries other tests' clients.
+    with DevServer(data_dir=str(tmp_path / "quiet")) as server:
+        raw = redis.Redis.from_url(server.url, decode_responses=True)
+        client = make_broker(server.url, "idle")
+        await client.startup()
+        worker = make_broker(server.url, "idle", lease_seconds=4.0, heartbeat_interval=1.0)
+        listener = worker.listen()
+        waiting = asyncio.ensure_future(take(listener, 10.0))
+        await asyncio.sleep(0.5)  # subscribed, one empty reservation, asleep
+        before = top_level_calls(raw)
+        await asyncio.sleep(2.0)
+        after = top_level_calls(raw)
+        # No polling: only the heartbeat's recovery pass (one script per second).
+        assert after["ping"] - before["ping"] == 0
+        assert after["evalsha"] - before["evalsha"] <= 3
+        await kiq(client, "add", 1, 1)  # and a wake-up still arrives at once
+        message = await asyncio.wait_for(waiting, 2.0)
+        await message.ack()
+        await listener.aclose()
+        await worker.shutdown()
+        await client.shutdown()
+        raw.close()

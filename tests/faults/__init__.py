@@ -1,0 +1,1 @@
+"""Failure, recovery, bad-input and security tests (real servers, real processes)."""

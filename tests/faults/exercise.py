@@ -1,0 +1,223 @@
+"""Run every operation of the backend once, for the ACL, TLS and key-name tests.
+
+:func:`exercise` drives each Lua script, every direct command, the Pub/Sub
+listener, SimpleBroker's ``Queue``/``QueueWatcher``, the asyncio API and the
+Taskiq broker, result backend and schedule source, against one target and
+namespace. Queue names are parameters so the key-name test can pass
+hostile-looking (but valid) ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
+
+from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
+from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.core import RedisBrokerCore
+
+
+@dataclass(frozen=True)
+class Names:
+    """Queue names used by :func:`exercise` (all must be valid queue names)."""
+
+    main: str = "jobs"
+    other: str = "other"
+    target: str = "moved"
+    dead: str = "dead"
+    alias: str = "shortcut"
+    task_id: str = "task-1"
+
+
+def exercise(url: str, namespace: str, names: Names = Names(), *, cleanup: bool = True) -> None:
+    """Run every operation on ``namespace`` at ``url``; raise on the first failure."""
+    options = {"namespace": namespace}
+    plugin = redis_backend_plugin
+    plugin.initialize_target(url, backend_options=options)
+    plugin.validate_target(url, backend_options=options)
+    runner = RedisRunner(url, namespace=namespace, stale_batch_seconds=0.05)
+    core = RedisBrokerCore(
+        runner, config=resolve_config(override={"BROKER_AUTO_VACUUM": 0}), owns_runner=True
+    )
+    try:
+        _messages(core, names)
+        _queues(core, names)
+        _reservations(core, names)
+        _waiters(url, options, core, names)
+        asyncio.run(_asyncio(url, namespace, names))
+        asyncio.run(_taskiq(url, namespace, names))
+    finally:
+        core.shutdown()
+    if cleanup:
+        assert plugin.cleanup_target(url, backend_options=options) is True
+
+
+def _messages(core: RedisBrokerCore, n: Names) -> None:
+    first = core.write(n.main, "one")
+    core.write(n.main, "two", keep_newest=10)
+    core.write_delayed(n.main, "later", 0.01)
+    core.insert_messages([(n.other, "inserted", first - 4096)])
+    core.generate_timestamp()
+    core.advance_last_timestamp(core.refresh_last_timestamp() + 1)
+    core._resync_timestamp_generator()  # noqa: SLF001 - SimpleBroker's repair hook
+    assert core.broadcast("to every queue") >= 2
+    core.broadcast("to listed", queue_names=[n.main, n.target], create_missing=True)
+    core.broadcast("to matching", pattern=n.main[:1] + "*")
+    assert core.peek_many(n.main, 10)
+    assert core.peek_one(n.main, exact_timestamp=first) == ("one", first)
+    assert core.claim_one(n.main) is not None
+    assert core.claim_many(n.main, 2)
+    core.move_one(n.main, n.target)
+    core.move_many(n.other, n.target, 5, require_unclaimed=False)
+    assert core.find_message_ids(n.target, body_contains="every")
+    assert core.has_pending_messages(n.target)
+    core.latest_pending_timestamp(n.target)
+    assert core.queue_exists(n.main)
+
+
+def _queues(core: RedisBrokerCore, n: Names) -> None:
+    core.add_alias(n.alias, n.target)
+    assert core.resolve_alias(n.alias) == n.target
+    core.list_aliases()
+    assert core.canonicalize_queue("@" + n.alias) == n.target
+    core.remove_alias(n.alias)
+    core.list_queues()
+    core.list_queues(prefix=n.main[:1])
+    core.list_queue_stats()
+    core.get_queue_stat(n.main)
+    core.get_overall_stats()
+    core.status()
+    core.get_meta()
+    core.write(n.other, "to rename")
+    core.rename_queue(n.other, n.other + ".renamed")
+    core.delete_message_ids(n.main, [1])
+    core.delete_from_queues([n.other + ".renamed"])
+    core.vacuum()
+    core.delete(n.dead)
+
+
+def _reservations(core: RedisBrokerCore, n: Names) -> None:
+    for i in range(4):
+        core.write(n.main, f"r{i}")
+    gen = core.claim_generator(n.main, delivery_guarantee="at_least_once", batch_size=2)
+    next(gen)
+    gen.close()  # rolls the batch back
+    assert list(core.claim_generator(n.main, delivery_guarantee="at_least_once"))
+    core.write(n.main, "to move")
+    assert list(core.move_generator(n.main, n.target, delivery_guarantee="at_least_once"))
+    leases = Leases(core.runner)
+    core.write(n.main, "leased")
+    stale = leases.reserve(n.main, 5, 0.01)
+    time.sleep(0.03)
+    assert leases.recover().tokens >= 1
+    assert core.recover_stale() == 0
+    lease = leases.reserve(n.main, 5, 30)
+    assert leases.renew([lease.token], 30) == set()
+    leases.ack(lease.token, lease.ids[:1])
+    leases.release(lease.token, delay_seconds=0.01)
+    time.sleep(0.03)
+    lease = leases.reserve(n.main, 5, 30, max_deliveries=1, dead_letter=n.dead)
+    leases.release(lease.token)  # used its one delivery: dead-lettered
+    core.write(n.main, "rejected")
+    lease = leases.reserve(n.main, 5, 30)
+    leases.reject(lease.token, None, n.dead)
+    leases.deliveries(stale.ids[0])
+    core.delete(n.dead)
+
+
+def _waiters(url: str, options: dict[str, Any], core: RedisBrokerCore, n: Names) -> None:
+    stop = threading.Event()
+    waiter = redis_backend_plugin.create_activity_waiter_for_queues(
+        target=url, backend_options=options, queue_names=[n.main, n.other], stop_event=stop
+    )
+    assert waiter is not None
+    try:
+        # A waiter may be returned before its SUBSCRIBE took effect (see
+        # test_lost_wakeups.py), so keep writing until one wake-up arrives.
+        for _ in range(10):
+            core.write(n.other, "wake")
+            if waiter.wait(1):
+                break
+        else:
+            raise AssertionError("no wake-up in 10 s")
+    finally:
+        waiter.close()
+    received: list[str] = []
+    got = threading.Event()
+    queue = Queue(n.main, db_path=BrokerTarget("redis", url, options))
+
+    def handler(body: str, _id: int) -> None:
+        received.append(body)
+        if body == "watched":
+            got.set()
+
+    watcher = QueueWatcher(queue, handler)
+    thread = watcher.run_in_thread()
+    try:
+        queue.write("watched")
+        assert got.wait(10), received
+    finally:
+        watcher.stop()
+        thread.join(10)
+        queue.close()
+
+
+async def _asyncio(url: str, namespace: str, n: Names) -> None:
+    runner = AsyncRedisRunner(url, namespace=namespace)
+    try:
+        await runner.ensure_initialized()
+        await AsyncMessages(runner).write(n.main, "async")
+        leases = AsyncLeases(runner)
+        lease = await leases.reserve(n.main, 10, 30)
+        assert lease.messages
+        assert await leases.renew([lease.token]) == set()
+        await leases.ack(lease.token)
+        await leases.recover()
+    finally:
+        await runner.aclose()
+
+
+async def _taskiq(url: str, namespace: str, n: Names) -> None:
+    from taskiq import ScheduledTask, TaskiqResult
+    from taskiq.message import BrokerMessage
+
+    from taskiq_simplebroker import (
+        SimpleBrokerResultBackend,
+        SimpleBrokerScheduleSource,
+        SimpleBrokerTaskiqBroker,
+    )
+
+    broker = SimpleBrokerTaskiqBroker(
+        url, namespace=namespace, queue=n.main, lease_seconds=2.0, heartbeat_interval=0.5
+    )
+    results: SimpleBrokerResultBackend[Any] = SimpleBrokerResultBackend(runner=broker.runner)
+    broker.with_result_backend(results)
+    schedules = SimpleBrokerScheduleSource(runner=broker.runner)
+    await broker.startup()
+    try:
+        await broker.kick(
+            BrokerMessage(task_id=n.task_id, task_name="faults:noop", message=b"{}", labels={})
+        )
+        messages = broker.listen()
+        message = await asyncio.wait_for(messages.__anext__(), 10)
+        assert message.data == b"{}"
+        await results.set_result(
+            n.task_id, TaskiqResult(is_err=False, return_value=1, execution_time=0.1)
+        )
+        ack = message.ack()
+        if ack is not None:
+            await ack
+        await messages.aclose()
+        assert (await results.get_result(n.task_id)).return_value == 1
+        await schedules.add_schedule(
+            ScheduledTask(task_name="faults:noop", labels={}, args=[], kwargs={}, cron="* * * * *")
+        )
+        for schedule in await schedules.get_schedules():
+            await schedules.delete_schedule(schedule.schedule_id)
+    finally:
+        await broker.shutdown()

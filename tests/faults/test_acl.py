@@ -1,0 +1,129 @@
+"""A least-privilege ACL user runs every operation of its namespace, and nothing else.
+
+The ACL line printed in README.md is applied exactly as written (with the
+namespace and password substituted); the server's ACL LOG must record no
+denial while every operation runs, and the user must not reach other
+namespaces or server-wide destructive commands. ``MINIMAL_RULES`` is the
+tighter line proposed for the README.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from simplebroker.ext import OperationalError
+
+from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis.core import RedisBrokerCore
+
+from .exercise import exercise
+from .support import broker_cli, snapshot, texts_of, write_project
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_acl_rules() -> list[str]:
+    """Return the rules of the README's ``ACL SETUSER myapp ...`` line (user ``myapp``)."""
+    lines = [line.strip() for line in README.read_text().splitlines()]
+    found = [line for line in lines if line.startswith("ACL SETUSER ")]
+    assert len(found) == 1, f"README.md should give exactly one ACL line, found {found}"
+    words = found[0].split()
+    assert words[2] == "myapp", found[0]
+    return words[3:]
+
+
+#: The smallest command set the backend uses (README proposal, see the report).
+#: ``client|setinfo`` is left out: Redis 7.0 does not know it, and redis-py
+#: ignores a refused CLIENT SETINFO (its library label); the server still
+#: records that refusal in its ACL LOG, so the test tolerates exactly that.
+MINIMAL_RULES = (
+    "on >PASSWORD ~sb:{myapp}:* &sb:{myapp}:* -@all "
+    "+evalsha +script|load +time +type +exists +del +unlink +scan "
+    "+hget +hmget +hgetall +hkeys +hexists +hvals +hset +hdel +hincrby "
+    "+zrange +zcard +zscore +zlexcount +zadd +zrem "
+    "+get +set +getdel +publish +subscribe +unsubscribe +ping +info +memory|usage "
+    "+client|setname"
+).split()
+
+
+def _acl_user(raw: redis.Redis, rules: list[str], namespace: str, password: str) -> str:
+    applied = [
+        rule.replace("{myapp}", "{" + namespace + "}").replace(">PASSWORD", ">" + password)
+        for rule in rules
+    ]
+    raw.execute_command("ACL", "SETUSER", namespace, *applied)
+    raw.execute_command("ACL", "LOG", "RESET")
+    return namespace
+
+
+def _denials(raw: redis.Redis, user: str, allowed: frozenset[str] = frozenset()) -> list[Any]:
+    entries = raw.execute_command("ACL", "LOG")
+    out = []
+    for entry in entries:
+        fields = (
+            entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=True))
+        )
+        if fields.get("username") == user and fields.get("object") not in allowed:
+            out.append({k: fields.get(k) for k in ("reason", "object", "context", "count")})
+    return out
+
+
+@pytest.mark.parametrize("rules", ["readme", "minimal"])
+def test_least_privilege_acl_user_runs_every_operation_and_nothing_else(
+    make_server, tmp_path, rules
+):
+    server = make_server("acl")
+    admin = redis.Redis.from_url(server.url, decode_responses=True)
+    namespace, password = "myapp", "acl-" + uuid.uuid4().hex
+    user = _acl_user(
+        admin, readme_acl_rules() if rules == "readme" else MINIMAL_RULES, namespace, password
+    )
+    url = f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
+    # Someone else's namespace on the same server.
+    other = RedisBrokerCore(RedisRunner(server.url, namespace="other"), owns_runner=True)
+    other.write("jobs", "not yours")
+    theirs = snapshot(admin, "other")
+
+    exercise(url, namespace, cleanup=False)
+    project = write_project(
+        tmp_path / "cli", f"redis://{user}@127.0.0.1:{server.port}/0", namespace
+    )
+    env = {"BROKER_BACKEND_PASSWORD": password}
+    assert broker_cli(project, "write", "cli", "x", env=env).returncode == 0
+    assert broker_cli(project, "read", "cli", env=env).stdout.strip() == "x"
+    assert redis_backend_plugin.cleanup_target(url, backend_options={"namespace": namespace})
+    tolerated = frozenset({"client|setinfo"}) if rules == "minimal" else frozenset()
+    assert _denials(admin, user, tolerated) == [], "the server denied a command the backend sent"
+
+    # Nothing outside its namespace.
+    intruder = RedisRunner(url, namespace="other")
+    with pytest.raises(OperationalError, match=r"denied|[Pp]ermission") as info:
+        RedisBrokerCore(intruder, owns_runner=True).write("jobs", "mine now")
+    intruder.shutdown()
+    assert password not in texts_of(info.value)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    allowed = []
+    for command in (
+        ("FLUSHALL",),
+        ("KEYS", "*"),
+        ("CONFIG", "GET", "*"),
+        ("GET", "sb:{other}:meta"),
+        # Server-wide and destructive, though no key is named: every
+        # application's functions, and every client's script cache.
+        ("FUNCTION", "FLUSH"),
+        ("SCRIPT", "FLUSH"),
+    ):
+        try:
+            client.execute_command(*command)
+        except redis.exceptions.NoPermissionError:
+            continue
+        allowed.append(" ".join(command))
+    client.close()
+    assert allowed == [], f"a namespace's user may run {allowed}"
+    assert snapshot(admin, "other") == theirs
+    other.shutdown()
+    admin.close()

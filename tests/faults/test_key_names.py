@@ -1,0 +1,142 @@
+"""No Lua script can reach a key outside the namespace's hash tag.
+
+A static data-flow check of every script (see luakeys.py), proven to catch
+keys built from input by mutants, and a dynamic check: MONITOR while every
+operation runs with hostile-looking queue names and task IDs, then
+``COMMAND GETKEYS`` on every command the server ran.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import re
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+
+from simplebroker_redis.keys import Keyspace
+from simplebroker_redis.scripts import SCRIPT_NAMES, script_source
+
+from .exercise import Names, exercise
+from .luakeys import violations
+
+LUA_DIR = Path(__file__).resolve().parents[2] / "src" / "simplebroker_redis" / "lua"
+
+
+def test_every_lua_file_is_a_registered_script():
+    files = {path.stem for path in LUA_DIR.glob("*.lua")} - {"_lib"}
+    assert files == set(SCRIPT_NAMES)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_script_touches_only_keys_passed_in_keys(name):
+    assert violations(script_source(name)) == []
+
+
+MUTANTS = {
+    "concatenated key": "redis.call('HSET', 'sb:' .. ARGV[2], 'x', 1)",
+    "argv key": "redis.call('GET', ARGV[2])",
+    "local from argv": "local k = ARGV[2]\nredis.call('DEL', k)",
+    "helper given argv": "zadd_all(ARGV[2], {})",
+    "dynamic command": "redis.call(ARGV[2], K_META)",
+    "foreign channel": "redis.call('PUBLISH', 'other:' .. ARGV[2], '1')",
+    "table with argv": "local ks = {K_META}\nks[#ks + 1] = ARGV[3]\n"
+    "for _, key in ipairs(ks) do redis.call('DEL', key) end",
+    "rebound constant": "K_META = ARGV[2]",
+    "function mixed callers": "local function f(x) return redis.call('GET', x) end\n"
+    "f(K_META)\nf(ARGV[2])",
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_static_check_catches_keys_built_from_input(mutant):
+    assert violations(script_source("claim") + "\n" + MUTANTS[mutant])
+
+
+_MONITOR_LINE = re.compile(r"^[\d.]+ \[\d+ ([^\]]*)\] (.*)$", re.S)
+
+
+def _monitor(url: str, lines: list[tuple[str, list[str]]], ready: threading.Event) -> None:
+    """Collect (client, words) of every command the server runs until ECHO monitor-stop."""
+    client = redis.Redis.from_url(url)
+    connection = client.connection_pool.get_connection()
+    connection.send_command("MONITOR")
+    assert connection.read_response() == b"OK"
+    ready.set()
+    try:
+        while True:
+            match = _MONITOR_LINE.match(connection.read_response().decode())
+            assert match, "unexpected MONITOR line"
+            words = _split_monitor(match.group(2))
+            if words[:2] == ["ECHO", "monitor-stop"]:
+                return
+            lines.append(("lua" if match.group(1) == "lua" else "client", words))
+    finally:
+        connection.disconnect()
+        client.close()
+
+
+def _split_monitor(command: str) -> list[str]:
+    """Split MONITOR's command text: double-quoted words, C-style escapes."""
+    return [
+        codecs.escape_decode(word.encode())[0].decode("utf-8", "replace")  # type: ignore[no-untyped-call]
+        for word in re.findall(r'"((?:\\.|[^"\\])*)"', command)
+    ]
+
+
+HOSTILE = Names(
+    main="meta",
+    other="0000000000000000001",
+    target="queues",
+    dead="_",
+    alias="sb",
+    task_id="}{other}:*?[x]",
+)
+
+
+@pytest.mark.parametrize("names", [Names(), HOSTILE], ids=["plain", "hostile"])
+def test_every_key_touched_stays_inside_the_namespace(make_server, names):
+    server = make_server("monitor")
+    namespace = "watched"
+    lines: list[tuple[str, list[str]]] = []
+    ready = threading.Event()
+    thread = threading.Thread(target=_monitor, args=(server.url, lines, ready), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    exercise(server.url, namespace, names)
+    admin = redis.Redis.from_url(server.url, decode_responses=True)
+    admin.echo("monitor-stop")
+    thread.join(20)
+    assert not thread.is_alive()
+
+    keys = Keyspace.for_namespace(namespace)
+    fixed = set(keys.fixed_keys)
+    problems, scripts_run = [], set()
+    for client, words in lines:
+        name = words[0].upper()
+        if name == "EVALSHA":
+            scripts_run.add(words[1])
+        for key in _keys_of(admin, words):
+            if not key.startswith(keys.prefix):
+                problems.append((client, words[:4]))
+            elif client == "lua" and key not in fixed:
+                problems.append(("lua, not a fixed key", words[:4]))
+        if name in ("PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"):
+            for channel in words[1:2] if name == "PUBLISH" else words[1:]:
+                if not channel.startswith(keys.wake_prefix):
+                    problems.append(("channel", words[:3]))
+    assert not problems, problems[:10]
+    assert sum(client == "lua" for client, _ in lines) > 100, "MONITOR showed no script commands"
+    every_script = {hashlib.sha1(script_source(n).encode()).hexdigest() for n in SCRIPT_NAMES}
+    assert scripts_run >= every_script, "some scripts were not exercised"
+    admin.close()
+
+
+def _keys_of(admin: redis.Redis, words: list[str]) -> list[str]:
+    try:
+        return [str(key) for key in admin.command_getkeys(*words)]
+    except redis.ResponseError:
+        return []  # a command without key arguments
