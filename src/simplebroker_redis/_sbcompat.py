@@ -9,7 +9,7 @@ import lives here, in one place, to make a core upgrade easy to audit.
 from __future__ import annotations
 
 from simplebroker._aliases import resolve_queue_operand
-from simplebroker._constants import PEEK_BATCH_SIZE
+from simplebroker._constants import PEEK_BATCH_SIZE, VACUUM_CLAIMED_ABSOLUTE_LIMIT
 from simplebroker._message_id import normalize_message_id
 from simplebroker._message_insert import normalize_insert_records
 from simplebroker._message_search import (
@@ -40,6 +40,7 @@ __all__ = [
     "BODY_SEARCH_DEFAULT_LIMIT",
     "BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE",
     "PEEK_BATCH_SIZE",
+    "VACUUM_CLAIMED_ABSOLUTE_LIMIT",
     "alias_shadow_warning",
     "normalize_insert_records",
     "normalize_message_id",

@@ -112,8 +112,12 @@ def reserve_args(
     max_deliveries: int | None = None,
     dead_letter: str | None = None,
     order: str = "oldest",
+    maintenance: str = "",
 ) -> list[object]:
-    """Validate a reservation request and return the ``reserve`` script ARGV."""
+    """Validate a reservation request and return the ``reserve`` script ARGV.
+
+    ``maintenance`` is a core's piggybacked maintenance request (internal).
+    """
     validate_queue_name(queue)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError("limit must be an integer >= 1")
@@ -142,6 +146,7 @@ def reserve_args(
         max_deliveries or 0,
         dead_letter or "",
         order,
+        maintenance,
     ]
 
 
@@ -230,6 +235,7 @@ class Leases:
         before: int | None = None,
         exact: int | None = None,
         order: str = "oldest",
+        maintenance: str = "",
     ) -> Lease:
         """Reserve up to ``limit`` pending messages of ``queue`` for ``lease_seconds``."""
         token = new_token()
@@ -245,6 +251,7 @@ class Leases:
             max_deliveries=max_deliveries,
             dead_letter=dead_letter,
             order=order,
+            maintenance=maintenance,
         )
         return parse_reserve(token, queue, self.runner.call("reserve", args))
 

@@ -116,6 +116,7 @@ class RedisRunner:
         self._clock: HighWaterClock | None = None
         self._schedules: dict[int, MaintenanceSchedule] = {}
         self.maintenance_lock = threading.Lock()
+        self.maintenance_due = False  #: the next write/claim carries maintenance
 
     def __repr__(self) -> str:
         return f"RedisRunner({redact_target(self.target)!r}, namespace={self.options.namespace!r})"

@@ -8,13 +8,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from simplebroker import resolve_config
-from simplebroker.ext import (
-    vacuum_is_eligible,
-)
 
 if TYPE_CHECKING:
     from simplebroker._constants import Config
 
+from .._sbcompat import VACUUM_CLAIMED_ABSOLUTE_LIMIT
 from ..runner import RedisRunner
 from ..scripts import ScriptName
 from ..validation import validate_message
@@ -118,36 +116,32 @@ class CoreBase:
 
     # -- maintenance -----------------------------------------------------------
     def _record_activity(self, completed: int) -> None:
-        """Count committed messages; every AUTO_VACUUM_INTERVAL run upkeep."""
+        """Count committed messages; every AUTO_VACUUM_INTERVAL ask for maintenance.
+
+        The request rides on the next write, claim or reservation of this
+        runner (see ``maintain()`` in ``lua/_lib.lua``), so automatic
+        maintenance costs no round trip of its own and never loops over
+        queues on the client.
+        """
         if self._config["AUTO_VACUUM"] != 1 or completed <= 0:
             return
         with self._runner.maintenance_lock:
-            if not self._maintenance.record(completed):
-                return
-            # Consume the interval now so concurrent cores do not all run it.
-            self._maintenance.mark_check_succeeded()
-        try:
-            self._runner.call("recover", ["", 256])
-            if self._vacuum_due():
-                self._vacuum_claimed()
-        except Exception:  # noqa: BLE001 - maintenance is best effort, retried next interval
-            return
+            if self._maintenance.record(completed):
+                # Consume the interval now so concurrent cores do not all ask.
+                self._maintenance.mark_check_succeeded()
+                self._runner.maintenance_due = True
 
-    def _vacuum_due(self) -> bool:
-        keys = self._runner.keys
-
-        def counts(client: Any) -> list[int]:
-            pipe = client.pipeline(transaction=False)
-            for key in (keys.claimed, keys.pending, keys.reserved, keys.delayed):
-                pipe.zcard(key)
-            return [int(value) for value in pipe.execute()]
-
-        claimed, pending, reserved, delayed = self._runner.execute(counts, idempotent=True)
-        return vacuum_is_eligible(
-            claimed_count=claimed,
-            total_count=claimed + pending + reserved + delayed,
-            threshold=float(self._config["VACUUM_THRESHOLD"]) / 100,
-        )
+    def _maintenance_spec(self) -> str:
+        """Return the maintenance request for this call ('' when none is due)."""
+        if self._config["AUTO_VACUUM"] != 1:
+            return ""
+        with self._runner.maintenance_lock:
+            if not self._runner.maintenance_due:
+                return ""
+            self._runner.maintenance_due = False
+        batch = max(1, min(int(self._config["VACUUM_BATCH_SIZE"]), _VACUUM_SCRIPT_BATCH))
+        threshold = float(self._config["VACUUM_THRESHOLD"]) / 100
+        return f"{batch}:{threshold:.6f}:{VACUUM_CLAIMED_ABSOLUTE_LIMIT}"
 
     def _vacuum_claimed(self) -> None:
         batch = max(1, min(int(self._config["VACUUM_BATCH_SIZE"]), _VACUUM_SCRIPT_BATCH))

@@ -88,6 +88,7 @@ class BatchesMixin(CoreBase):
                 after=after,
                 before=before,
                 exact=exact_id,
+                maintenance=self._maintenance_spec(),
             )
             if not lease.messages:
                 return

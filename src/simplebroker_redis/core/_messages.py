@@ -112,7 +112,9 @@ class MessagesMixin(CoreBase):
         committed = int(
             self._allocate(
                 1,
-                lambda candidates: self._call("write", queue, message, candidates[0], keep or 0, 0),
+                lambda candidates: self._call(
+                    "write", queue, message, candidates[0], keep or 0, 0, self._maintenance_spec()
+                ),
             )
         )
         self._clock.observe(committed)
@@ -132,7 +134,9 @@ class MessagesMixin(CoreBase):
         committed = int(
             self._allocate(
                 1,
-                lambda candidates: self._call("write", queue, message, candidates[0], 0, delay_us),
+                lambda candidates: self._call(
+                    "write", queue, message, candidates[0], 0, delay_us, self._maintenance_spec()
+                ),
             )
         )
         self._clock.observe(committed)

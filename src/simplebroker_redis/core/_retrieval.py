@@ -68,6 +68,7 @@ class RetrievalMixin(BatchesMixin):
             optional_id(before),
             optional_id(exact_id),
             "1" if with_claimed else "0",
+            self._maintenance_spec(),
         )
         rows = _rows(raw)
         self._record_activity(len(rows))

@@ -5,7 +5,8 @@
 --       move), 5 limit, 6 order ('oldest'|'newest'), 7 after ('' or 19
 --       digits, exclusive), 8 before ('' or 19 digits, exclusive), 9 exact
 --       ('' or 19 digits; overrides the bounds), 10 '1' to let a move select
---       claimed messages too (they stay claimed in the target).
+--       claimed messages too (they stay claimed in the target), 11 maintenance
+--       spec ('' when not due; see maintain() in _lib.lua).
 -- Returns: flat {id1, body1, id2, body2, ...} in selection order.
 -- Side effect first: upkeep() releases expired reservations and promotes due
 -- delayed messages (each a complete transition of its own).
@@ -32,7 +33,10 @@ else
   if with_claimed then lists[2] = range(K_CLAIMED, lo, hi, order, limit) end
 end
 local members, src = merge(lists, order, limit)
-if #members == 0 then return {} end
+if #members == 0 then
+  maintain(ARGV[11])
+  return {}
+end
 local bodies = bodies_of(members)
 
 local from_pending, from_claimed = {}, {}
@@ -55,6 +59,7 @@ else
   if #moved_pending > 0 then wake(target) end
 end
 
+maintain(ARGV[11])
 local out = {}
 for i, member in ipairs(members) do
   out[#out + 1] = mid(member)

@@ -6,7 +6,8 @@
 -- ARGV: 1 wake prefix, 2 queue, 3 token (fresh, [0-9a-f]), 4 limit,
 --       5 lease in us ('-1' = never expires), 6 move target recorded for
 --       settle ('' none), 7 after, 8 before, 9 exact, 10 max deliveries ('0' =
---       unlimited), 11 dead-letter queue ('' none), 12 order.
+--       unlimited), 11 dead-letter queue ('' none), 12 order, 13 maintenance
+--       spec ('' when not due; see maintain() in _lib.lua).
 -- Returns: {created_us, deadline_us ('-1' none), next_due_in_us ('-1' none),
 --           id1, body1, deliveries1, ...}; no items when nothing was pending.
 -- Raises: TOKEN when the token already exists.
@@ -34,7 +35,10 @@ end
 local deadline = -1
 if lease >= 0 then deadline = now + lease end
 local head = {string.format('%.0f', now), string.format('%.0f', deadline), next_due()}
-if #members == 0 then return head end
+if #members == 0 then
+  maintain(ARGV[13])
+  return head
+end
 
 local bodies = bodies_of(members)
 for _, member in ipairs(members) do delivery_count(mid(member)) end
@@ -55,4 +59,5 @@ redis.call('HSET', K_TOKENS, token, cjson.encode({
   m = ARGV[10], x = ARGV[11],
 }))
 if deadline >= 0 then redis.call('ZADD', K_LEASES, head[2], token) end
+maintain(ARGV[13])
 return head

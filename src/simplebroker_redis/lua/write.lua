@@ -2,7 +2,8 @@
 -- queue's pending window (keep_newest) or delaying visibility.
 -- KEYS: fixed keys (see _lib.lua).
 -- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
---       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now).
+--       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
+--       7 maintenance spec ('' when not due; see maintain() in _lib.lua).
 -- Returns: the committed 19-digit message ID.
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK
 -- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest
@@ -62,4 +63,5 @@ if displaced.delayed and #displaced.delayed > 0 then
   zadd_all(K_CLAIMED, displaced.delayed)
 end
 wake(queue)
+maintain(ARGV[7])
 return id
