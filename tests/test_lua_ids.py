@@ -17,7 +17,8 @@ IDS = st.integers(min_value=0, max_value=2**63 - 2)
 @pytest.fixture
 def lib(raw, runner):
     """Evaluate a Lua expression with the script library loaded."""
-    prelude = script_source("probe").split("-- ==== probe.lua ====")[0]
+    # write.lua needs the ID helpers, so its prelude includes them.
+    prelude = script_source("write").split("-- ==== write.lua ====")[0]
 
     def run(expression: str, *args: str) -> object:
         keys = list(runner.keys.fixed_keys)

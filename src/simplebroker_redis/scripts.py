@@ -9,6 +9,7 @@ example after ``SCRIPT FLUSH`` or a server restart).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
@@ -50,13 +51,67 @@ ScriptName = Literal[
 SCRIPT_NAMES: tuple[str, ...] = get_args(ScriptName)
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINITION = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One top-level definition of ``_lib.lua`` with its leading comments."""
+
+    text: str
+    defines: frozenset[str]
+    uses: frozenset[str]
+
+
+@cache
+def _library() -> tuple[_Block, ...]:
+    text = (resources.files("simplebroker_redis") / "lua" / "_lib.lua").read_text("utf-8")
+    blocks: list[list[str]] = [[]]
+    comments: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("local "):
+            blocks.append([*comments, line])
+            comments = []
+        elif line.startswith("--") or not line.strip():
+            comments.append(line)
+        else:
+            blocks[-1].extend([*comments, line])
+            comments = []
+    out = []
+    for lines in blocks:
+        defines: set[str] = set()
+        for line in lines:
+            match = _DEFINITION.match(line)
+            if match:
+                names = match.group(1) or match.group(2)
+                defines.update(name.strip() for name in names.split(","))
+        body = "\n".join(lines)
+        uses = frozenset(_IDENTIFIER.findall(body)) - defines
+        out.append(_Block(body, frozenset(defines), uses))
+    return tuple(out)
+
+
 @cache
 def script_source(name: str) -> str:
-    """Return the full source of script ``name`` (library prelude included)."""
-    package = resources.files("simplebroker_redis") / "lua"
-    library = (package / "_lib.lua").read_text(encoding="utf-8")
-    body = (package / f"{name}.lua").read_text(encoding="utf-8")
-    return f"{library}\n-- ==== {name}.lua ====\n{body}"
+    """Return the source of script ``name``: the library parts it needs, then its body.
+
+    Every script runs the whole prelude on each call, so only the library
+    definitions the script (transitively) uses are included; that keeps the
+    per-call cost of small scripts low. Order is the library's own.
+    """
+    body = (resources.files("simplebroker_redis") / "lua" / f"{name}.lua").read_text("utf-8")
+    blocks = _library()
+    wanted = set(_IDENTIFIER.findall(body))
+    changed = True
+    while changed:
+        changed = False
+        for block in blocks:
+            if block.defines & wanted and not block.uses <= wanted:
+                wanted |= block.uses
+                changed = True
+    parts = [block.text for block in blocks if not block.defines or block.defines & wanted]
+    return "\n".join([*parts, f"-- ==== {name}.lua ====", body])
 
 
 @cache
