@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aioredis
 from simplebroker import resolve_config
-from simplebroker.ext import DatabaseError, TimestampError
+from simplebroker.ext import TimestampError
 
-from .errors import ScriptConflict, translate
+from .errors import NamespaceMissing, ScriptConflict, translate
 from .keys import format_id
 from .leases import (
     Lease,
@@ -130,9 +130,7 @@ class AsyncRedisRunner:
 
         try:
             return await self.execute(run, idempotent=idempotent)
-        except DatabaseError as exc:
-            if "not an initialized" not in str(exc):
-                raise
+        except NamespaceMissing:
             self._initialized = False
             await self.ensure_initialized()
             return await self.execute(run, idempotent=idempotent)

@@ -65,6 +65,10 @@ class ReservationLost(OperationalError):
     retryable = False
 
 
+class NamespaceMissing(DatabaseError):
+    """The namespace has no meta record (never created, or cleaned up)."""
+
+
 def _operational(message: str, *, retryable: bool) -> OperationalError:
     error = OperationalError(message)
     error.retryable = retryable
@@ -88,7 +92,7 @@ def script_error(code: str, detail: str, where: str) -> BaseException:
     if code in ("WRONGTYPE", "CORRUPT"):
         return DataError(f"damaged simplebroker-redis data in {where}: {detail}")
     if code == "UNINITIALIZED":
-        return DatabaseError(
+        return NamespaceMissing(
             f"{where} is not an initialized simplebroker-redis namespace "
             "(run initialize_target or any broker command to create it)"
         )

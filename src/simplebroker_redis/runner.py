@@ -23,9 +23,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from simplebroker import resolve_config
 from simplebroker.ext import BackendPlugin as _BackendPlugin
-from simplebroker.ext import DatabaseError, MaintenanceSchedule, OperationalError
+from simplebroker.ext import MaintenanceSchedule, OperationalError
 
-from .errors import translate
+from .errors import NamespaceMissing, translate
 from .ids import HighWaterClock
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .options import (
@@ -247,9 +247,7 @@ class RedisRunner:
 
         try:
             return self.execute(run, idempotent=idempotent)
-        except DatabaseError as exc:
-            if "not an initialized" not in str(exc):
-                raise
+        except NamespaceMissing:
             self._initialized = False
             self.ensure_initialized()
             return self.execute(run, idempotent=idempotent)
