@@ -165,6 +165,19 @@ local function bodies_of(members)
   return out
 end
 
+-- The distinct queues of a member list, in first-seen order.
+local function queues_of(members)
+  local out, seen = {}, {}
+  for _, member in ipairs(members) do
+    local queue = mqueue(member)
+    if not seen[queue] then
+      seen[queue] = true
+      out[#out + 1] = queue
+    end
+  end
+  return out
+end
+
 local function ids_of(members)
   local ids = {}
   for i = 1, #members do ids[i] = mid(members[i]) end
@@ -387,14 +400,7 @@ local function promote_due(now, limit)
   zrem_all(K_DUE, members)
   zrem_all(K_DELAYED, members)
   zadd_all(K_PENDING, members)
-  local seen = {}
-  for _, member in ipairs(members) do
-    local queue = mqueue(member)
-    if not seen[queue] then
-      seen[queue] = true
-      wake(queue)
-    end
-  end
+  for _, queue in ipairs(queues_of(members)) do wake(queue) end
   return #members
 end
 
@@ -421,14 +427,7 @@ end
 local function purge_claimed(batch)
   local members = redis.call('ZRANGE', K_CLAIMED, 0, batch - 1)
   local removed = purge(K_CLAIMED, members)
-  local seen = {}
-  for _, member in ipairs(members) do
-    local queue = mqueue(member)
-    if not seen[queue] then
-      seen[queue] = true
-      unregister_if_empty(queue)
-    end
-  end
+  for _, queue in ipairs(queues_of(members)) do unregister_if_empty(queue) end
   return removed
 end
 
