@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -38,9 +37,7 @@ class CoreBase:
         self._runner = runner
         self._owns_runner = owns_runner
         self._stop_event = stop_event or threading.Event()
-        self._pid = os.getpid()
         self._lock = threading.RLock()
-        self._closed = False
         self._clock = runner.clock
         self._timestamp_gen = self._clock  # SimpleBroker's name for the generator
         # One schedule per runner: short-lived cores (ephemeral Queue
@@ -59,8 +56,11 @@ class CoreBase:
         self._stop_event = stop_event or threading.Event()
 
     def close(self) -> None:
-        """Release this handle; a borrowed runner stays open for its owner."""
-        self._closed = True
+        """Release this handle; a borrowed runner stays open for its owner.
+
+        A core holds no connection of its own (commands check one out of the
+        runner's pool per call), so there is nothing to release here.
+        """
 
     def shutdown(self) -> None:
         """Close this handle and the runner when this core owns it."""
