@@ -32,13 +32,9 @@ from simplebroker_redis.errors import translate
 from simplebroker_redis.leases import settle_args
 from simplebroker_redis.scripts import script_sha
 
-from .errors import is_transient
+from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 
 logger = logging.getLogger("taskiq_simplebroker")
-
-#: Backoff bounds (seconds) for retrying a batch after a transient failure.
-BACKOFF_MIN: Final[float] = 0.1
-BACKOFF_MAX: Final[float] = 5.0
 
 #: Seconds a batch is retried before it is given up (and logged).
 RETRY_SECONDS: Final[float] = 120.0

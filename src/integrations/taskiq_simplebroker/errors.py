@@ -9,9 +9,15 @@ loops which of them a later attempt can fix.
 
 from __future__ import annotations
 
+from typing import Final
+
 import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
 from taskiq.exceptions import ResultGetError, TaskiqError
+
+#: Backoff bounds (seconds) of every retry loop after a transient failure.
+BACKOFF_MIN: Final[float] = 0.1
+BACKOFF_MAX: Final[float] = 5.0
 
 
 class SimpleBrokerTaskiqError(TaskiqError, BrokerError):

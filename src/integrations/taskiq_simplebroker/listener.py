@@ -38,7 +38,7 @@ from simplebroker_redis.aio import AsyncActivity
 from simplebroker_redis.leases import Lease, LeasedMessage
 
 from .codec import decode_body
-from .errors import is_transient
+from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 from .runtime import PrefetchWindow, Runtime
 
 logger = logging.getLogger("taskiq_simplebroker")
@@ -49,10 +49,6 @@ IDLE_RECHECK: Final[float] = 10.0
 
 #: Longest slice of that sleep: bounds how late a worker notices a shutdown signal.
 TICK: Final[float] = 1.0
-
-#: Backoff bounds (seconds) after a transient failure.
-BACKOFF_MIN: Final[float] = 0.1
-BACKOFF_MAX: Final[float] = 5.0
 
 #: Added to a delayed message's due time, so the listener wakes after it.
 DUE_SLACK: Final[float] = 0.002
