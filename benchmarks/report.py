@@ -168,7 +168,9 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     tq_add(
         "worker CPU <= 0.4 ms/task (results on)", cpu, f"{fmt_num(cpu)} ms/task", _verdict(cpu, 0.4)
     )
+    # The budget names taskiq-redis-streams; taskiq-redis's brokers are context.
     for base_entry, base_name in (
+        ("redis-streams-pkg", "taskiq-redis-streams"),
         ("redis-stream", "taskiq-redis RedisStreamBroker"),
         ("redis-list", "taskiq-redis ListQueueBroker"),
     ):
@@ -179,13 +181,16 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 if ours and base and base["e2e_per_s"]
                 else None
             )
+            budget = base_entry == "redis-streams-pkg"
             tq_add(
-                f">= 2.5x end-to-end rate vs {base_name} (results {'on' if results else 'off'}; "
-                "taskiq-redis-streams does not import)",
+                f">= 2.5x end-to-end rate vs {base_name} (results {'on' if results else 'off'})"
+                + ("" if budget else "; context, not the budget's broker"),
                 ratio,
                 f"{fmt_num(ratio)}x ({fmt_num(ours['e2e_per_s'] if ours else None)} vs "
                 f"{fmt_num(base['e2e_per_s'] if base else None)} tasks/s)",
-                _verdict(ratio, 2.5, lower_is_better=False),
+                _verdict(ratio, 2.5, lower_is_better=False)
+                if budget or ratio is None
+                else f"context ({'>=' if ratio >= 2.5 else '<'} 2.5x)",
             )
     p50t = ours_on["latency_p50_ms"] if ours_on else None
     tq_add("kick-to-result p50 <= 2 ms", p50t, f"{fmt_num(p50t)} ms", _verdict(p50t, 2.0))

@@ -70,14 +70,13 @@ def availability(entry: str) -> str | None:
         return None
     if entry == "redis-streams-pkg":
         try:
-            import taskiq_redis_streams  # noqa: F401 - import check only
+            _import_streams_pkg()
         except Exception as exc:  # noqa: BLE001 - any import failure means "skip"
             return (
                 f"taskiq-redis-streams does not import ({type(exc).__name__}: {exc}); "
-                "0.2.0 does not import on taskiq 0.13, so RedisStreamBroker and "
-                "ListQueueBroker from taskiq-redis stand in for it"
+                "run `pip install -e '.[bench]'`"
             )
-        return "taskiq-redis-streams imports, but no entry is written for it"
+        return None
     try:
         import taskiq_redis  # noqa: F401 - import check only
     except ImportError as exc:
@@ -107,12 +106,40 @@ def make_broker(entry: str, url: str, key: str, results: bool) -> AsyncBroker:
             broker = broker.with_result_backend(
                 RedisAsyncResultBackend(url, result_ex_time=RESULT_TTL, prefix_str=key)
             )
+    elif entry == "redis-streams-pkg":
+        streams = _import_streams_pkg()
+        broker = streams.RedisStreamsBroker(url, queue_name="bench", namespace=key)
+        if results:
+            broker = broker.with_result_backend(
+                streams.RedisAsyncResultBackend(url, result_ex_time=RESULT_TTL, prefix_str=key)
+            )
     elif entry == "simplebroker":
         broker = _make_simplebroker(url, key, results)
     else:
         raise NotAvailable(availability(entry) or f"no broker for entry {entry!r}")
     broker.register_task(noop, task_name=TASK_NAME)
     return broker
+
+
+# -- taskiq-redis-streams ------------------------------------------------------------------------
+
+
+def _import_streams_pkg() -> Any:
+    """Import taskiq-redis-streams 0.2.0 on the taskiq this project runs.
+
+    Its result backend imports ``model_dump`` and ``model_validate`` from
+    ``taskiq.compat``; taskiq 0.13 dropped them with pydantic 1 support. When
+    they are missing they are put back exactly as taskiq 0.12 defined them for
+    pydantic 2 (``model_dump(mode="json")`` and ``model_validate``), so every
+    broker in the table runs on the same taskiq and redis-py.
+    """
+    import taskiq.compat
+
+    if not hasattr(taskiq.compat, "model_dump"):
+        taskiq.compat.model_dump = lambda instance: instance.model_dump(mode="json")
+    if not hasattr(taskiq.compat, "model_validate"):
+        taskiq.compat.model_validate = lambda cls, message: cls.model_validate(message)
+    return importlib.import_module("taskiq_redis_streams")
 
 
 # -- our integration -------------------------------------------------------------------------------
