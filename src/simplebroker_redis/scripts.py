@@ -28,6 +28,7 @@ ScriptName = Literal[
     "stamp",
     "resync",
     "write",
+    "write_batch",
     "insert",
     "broadcast",
     "claim",
@@ -139,6 +140,7 @@ class Scripts:
     stamp: Any
     resync: Any
     write: Any
+    write_batch: Any
     insert: Any
     broadcast: Any
     claim: Any
