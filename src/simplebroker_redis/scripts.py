@@ -35,6 +35,7 @@ ScriptName = Literal[
     "peek",
     "reserve",
     "settle",
+    "commit",
     "release",
     "renew",
     "recover",
@@ -147,6 +148,7 @@ class Scripts:
     peek: Any
     reserve: Any
     settle: Any
+    commit: Any
     release: Any
     renew: Any
     recover: Any

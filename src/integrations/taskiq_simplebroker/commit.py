@@ -1,18 +1,18 @@
 """Group commit: result writes and acknowledgements in one round trip.
 
-A worker finishing a task must store its result and then acknowledge the
-message. The :class:`Committer` sends both in one pipeline (``SET`` first,
-then the backend's ``settle`` script by ``EVALSHA``), and batches: requests
-arriving while a round trip is in flight share the next one, and while
-other tasks of the worker are still running it waits up to
+A worker finishing a task must store its result and acknowledge the
+message. The :class:`Committer` sends both in one ``commit`` script (results
+first, then the settlements, validated before anything is written), and
+batches: requests arriving while a round trip is in flight share the next
+one, and while other tasks of the worker are still running it waits up to
 :data:`COALESCE_SECONDS` for their acknowledgements too. A task finishing
 alone is sent at once. Under load a worker therefore spends well under one
-round trip per task on results and acknowledgements.
+round trip, and one command, per task on results and acknowledgements.
 
-Every command of a batch is safe to send again: ``SET`` is idempotent, and
-``settle`` only touches IDs the token still holds (a repeat reports them
-lost). Transient failures (server restarting, socket timeouts) are retried
-with exponential backoff; the heartbeat keeps the leases alive meanwhile.
+A batch is safe to send again: ``SET`` is idempotent, and a settlement only
+touches IDs the token still holds (a repeat reports them lost). Transient
+failures (server restarting, socket timeouts) are retried with exponential
+backoff; the heartbeat keeps the leases alive meanwhile.
 """
 
 from __future__ import annotations
@@ -22,15 +22,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
-
-import redis.asyncio as aioredis
-import redis.exceptions as rx
+from typing import Final
 
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.errors import translate
-from simplebroker_redis.leases import settle_args
-from simplebroker_redis.scripts import script_sha
+from simplebroker_redis.leases import id_args
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 
@@ -72,17 +67,12 @@ class ResultWrite:
         self.waiters = None
 
 
-def _settle_argv(token: str, target: str, ids: list[int]) -> list[object]:
-    """Return ``settle`` ARGV: delete the IDs, or move them to ``target``."""
-    return settle_args(token, "move" if target else "delete", target, ids)
-
-
 #: Pending settlements: (token, move target or '' to delete) -> message IDs.
 Settles = dict[tuple[str, str], list[int]]
 
 
 class Committer:
-    """Batches result writes and ``settle`` calls of one event loop."""
+    """Batches the result writes and acknowledgements of one event loop."""
 
     def __init__(
         self,
@@ -100,19 +90,6 @@ class Committer:
         self._settles: Settles = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
-        # The constant part of every settle command, encoded once (the
-        # namespace's fixed KEYS make up most of each command's bytes).
-        keys = runner.keys
-        self._head: tuple[bytes, ...] = tuple(
-            part.encode("utf-8")
-            for part in (
-                "EVALSHA",
-                script_sha("settle"),
-                str(len(keys.fixed_keys)),
-                *keys.fixed_keys,
-                keys.wake_prefix,
-            )
-        )
 
     def submit(
         self,
@@ -164,13 +141,14 @@ class Committer:
             self._task = None
 
     async def _commit(self, writes: list[ResultWrite], settles: Settles) -> None:
+        if not writes and not settles:
+            return
+        keys, args = _commit_args(writes, settles)
         deadline = time.monotonic() + self._retry_seconds
         delay = BACKOFF_MIN
         while True:
             try:
-                replies = await self._runner.execute(
-                    lambda client: self._pipeline(client, writes, settles)
-                )
+                reply = await self._runner.call("commit", args, extra_keys=keys)
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     logger.error(
@@ -184,41 +162,20 @@ class Committer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
-            await self._check(replies, writes, settles)
+            lost = sum(int(n) for n in reply[1::2])
+            if lost > 0:
+                logger.warning(
+                    "%d task(s) finished after their lease was lost; they may run again", lost
+                )
             return
 
-    async def _pipeline(
-        self, client: aioredis.Redis, writes: list[ResultWrite], settles: Settles
-    ) -> list[Any]:
-        # EVALSHA is sent by hand: a Script object in a pipeline would cost
-        # an extra SCRIPT EXISTS round trip. NOSCRIPT is handled in _check.
-        head = self._head
-        pipe = client.pipeline(transaction=False)
-        for write in writes:
-            pipe.set(write.key, write.value, px=write.px)
-        for (token, target), ids in settles.items():
-            pipe.execute_command(*head, *_settle_argv(token, target, ids))
-        return list(await pipe.execute(raise_on_error=False))
 
-    async def _check(self, replies: list[Any], writes: list[ResultWrite], settles: Settles) -> None:
-        where = self._runner.where
-        for write, reply in zip(writes, replies, strict=False):
-            if isinstance(reply, Exception):
-                logger.error("result %s not saved: %s", write.key, translate(reply, where))
-        settle_replies = replies[len(writes) :]
-        for ((token, target), ids), reply in zip(settles.items(), settle_replies, strict=True):
-            if isinstance(reply, rx.NoScriptError):
-                # The server lost its script cache (restart): the script did
-                # not run, so running it through the loading path is safe.
-                try:
-                    reply = await self._runner.call("settle", _settle_argv(token, target, ids))
-                except Exception as exc:  # noqa: BLE001 - logged, the lease expires
-                    reply = exc
-            if isinstance(reply, Exception):
-                error = translate(reply, where)
-                logger.error("could not acknowledge %d task(s): %s", len(ids), error)
-            elif int(reply[1]) > 0:
-                logger.warning(
-                    "%d task(s) finished after their lease was lost; they may run again",
-                    int(reply[1]),
-                )
+def _commit_args(writes: list[ResultWrite], settles: Settles) -> tuple[list[str], list[object]]:
+    """Return the result keys and ARGV of one ``commit`` script."""
+    keys = [write.key for write in writes]
+    args: list[object] = [len(writes)]
+    for write in writes:
+        args += (write.value, "" if write.px is None else write.px)
+    for (token, target), ids in settles.items():
+        args += (token, "move" if target else "delete", target, len(ids), *id_args(ids))
+    return keys, args

@@ -287,6 +287,50 @@ local function delivery_count(id)
   return count
 end
 
+-- Settle `ids` of a token whose `record` was read (see settle.lua): 'claim'
+-- marks them consumed, 'delete' removes them, 'move' makes them pending in
+-- `target`. IDs the token no longer holds are counted as lost and left
+-- alone. The caller validated mode and target. Returns settled, lost.
+local function settle_ids(token, record, mode, target, ids)
+  local queue = record.q
+  local done, drop, lost = {}, {}, 0
+  for _, id in ipairs(ids) do
+    if redis.call('HGET', K_OWNERS, id) == token
+      and redis.call('ZSCORE', K_RESERVED, mem(queue, id)) then
+      done[#done + 1] = id
+      drop[#drop + 1] = token .. ' ' .. id
+    else
+      lost = lost + 1
+    end
+  end
+  local members = {}
+  for i, id in ipairs(done) do members[i] = mem(queue, id) end
+  zrem_all(K_RESERVED, members)
+  hdel_all(K_OWNERS, done)
+  zrem_all(K_TOKEN_IDS, drop)
+  if mode == 'claim' then
+    zadd_all(K_CLAIMED, members)
+  elseif mode == 'delete' then
+    hdel_all(K_BODIES, done)
+    hdel_all(K_DELIVERIES, done)
+    unregister_if_empty(queue)
+  else
+    local moved = {}
+    for i, id in ipairs(done) do moved[i] = mem(target, id) end
+    zadd_all(K_PENDING, moved)
+    if #moved > 0 then
+      register(target)
+      wake(target)
+    end
+    unregister_if_empty(queue)
+  end
+  if not redis.call('ZRANGE', K_TOKEN_IDS, '[' .. token .. ' ', '(' .. token .. '!',
+      'BYLEX', 'LIMIT', 0, 1)[1] then
+    drop_token(token)
+  end
+  return #done, lost
+end
+
 -- Return reserved `ids` of a token to pending, or to delayed until `due`
 -- (server us). Only IDs still owned by `token` move, so a stale caller can
 -- never release a newer reservation of the same message. `undeliver` takes
