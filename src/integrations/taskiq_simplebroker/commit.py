@@ -36,7 +36,7 @@ RETRY_SECONDS: Final[float] = 120.0
 
 #: While other tasks are in flight, wait this long for their acknowledgements
 #: to share the round trip (a task finishing alone is sent at once).
-COALESCE_SECONDS: Final[float] = 0.0005
+COALESCE_SECONDS: Final[float] = 0.001
 
 #: ... unless this many are waiting already.
 COALESCE_MAX: Final[int] = 32
