@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
 
 from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 
@@ -56,6 +57,15 @@ def broker(runner: RedisRunner) -> Iterator[RedisBrokerCore]:
     core = RedisBrokerCore(runner)
     yield core
     core.close()
+
+
+@pytest.fixture
+async def arunner(redis_url: str, namespace: str) -> AsyncIterator[AsyncRedisRunner]:
+    """An asyncio runner on this test's namespace (initialized)."""
+    r = AsyncRedisRunner(redis_url, namespace=namespace)
+    await r.ensure_initialized()
+    yield r
+    await r.aclose()
 
 
 @pytest.fixture

@@ -101,3 +101,16 @@ def members(queue: str, *ids: int) -> list[str]:
 def body_map(pairs: dict[int, str]) -> dict[str, str]:
     """Return the ``bodies`` hash content for ``{id: body}``."""
     return {f"{message_id:019d}": body for message_id, body in pairs.items()}
+
+
+def record_scripts(runner: Any) -> list[str]:
+    """Record the name of every script run through an AsyncRedisRunner (one round trip each)."""
+    names: list[str] = []
+    call = runner.call
+
+    async def recording(script: Any, args: Any, **kwargs: Any) -> Any:
+        names.append(script)
+        return await call(script, args, **kwargs)
+
+    runner.call = recording
+    return names

@@ -4,45 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from simplebroker.ext import DataError, MessageError, QueueNameError
 
+from helpers import record_scripts
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 
 
-@pytest.fixture
-async def arunner(redis_url: str, namespace: str) -> AsyncIterator[AsyncRedisRunner]:
-    runner = AsyncRedisRunner(redis_url, namespace=namespace)
-    await runner.ensure_initialized()
-    yield runner
-    await runner.aclose()
-
-
-def count_calls(runner: AsyncRedisRunner) -> Callable[[], list[str]]:
-    """Record the scripts run through ``runner`` (each call is one round trip)."""
-    names: list[str] = []
-    call = runner.call
-
-    async def counting(script: Any, args: Any, **kwargs: Any) -> Any:
-        names.append(script)
-        return await call(script, args, **kwargs)
-
-    runner.call = counting  # type: ignore[method-assign]
-    return lambda: names
-
-
 async def test_concurrent_writes_share_round_trips_and_keep_their_order(arunner, broker):
     messages = AsyncMessages(arunner)
-    calls = count_calls(arunner)
+    calls = record_scripts(arunner)
     ids = await asyncio.gather(*(messages.write("jobs", f"m{i}") for i in range(300)))
     # A write with nothing in flight goes alone; the rest share a few scripts.
-    assert 2 <= len(calls()) <= 5, calls()
-    assert set(calls()) == {"write_batch"}
+    assert 2 <= len(calls) <= 5, calls
+    assert set(calls) == {"write_batch"}
     assert len(set(ids)) == 300
     assert ids == sorted(ids), "IDs follow the order the writes were made"
     stored = broker.peek_many("jobs", 1000, with_timestamps=True)
@@ -52,10 +30,10 @@ async def test_concurrent_writes_share_round_trips_and_keep_their_order(arunner,
 
 async def test_a_lone_write_is_one_round_trip_and_returns_its_id(arunner, broker):
     messages = AsyncMessages(arunner)
-    calls = count_calls(arunner)
+    calls = record_scripts(arunner)
     first = await messages.write("jobs", "one")
     second = await messages.write("jobs", "two")
-    assert calls() == ["write_batch", "write_batch"]
+    assert calls == ["write_batch", "write_batch"]
     assert second > first
     assert broker.peek_many("jobs", 10, with_timestamps=True) == [("one", first), ("two", second)]
 

@@ -4,33 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from helpers import record_scripts
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from taskiq_simplebroker.commit import Committer, ResultWrite
-
-
-@pytest.fixture
-async def arunner(redis_url: str, namespace: str) -> AsyncIterator[AsyncRedisRunner]:
-    runner = AsyncRedisRunner(redis_url, namespace=namespace)
-    await runner.ensure_initialized()
-    yield runner
-    await runner.aclose()
-
-
-def record_scripts(runner: AsyncRedisRunner) -> list[str]:
-    names: list[str] = []
-    call = runner.call
-
-    async def recording(script: Any, args: Any, **kwargs: Any) -> Any:
-        names.append(script)
-        return await call(script, args, **kwargs)
-
-    runner.call = recording  # type: ignore[method-assign]
-    return names
 
 
 async def reserve(runner: AsyncRedisRunner, queue: str, bodies: list[str]) -> Any:
