@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import multiprocessing
+import threading
+import time
 
 import pytest
 from simplebroker.ext import DataError, MessageError, QueueNameError
@@ -174,3 +177,40 @@ def test_batching_producers_in_processes_lose_and_duplicate_nothing(redis_url, n
     for tag in ("p0", "p1", "p2", "sync"):
         mine = [int(b.split(":")[1]) for b in bodies if b.startswith(tag + ":")]
         assert mine == sorted(mine), f"{tag} writes out of order"
+
+
+def test_event_loops_in_two_threads_never_share_a_batch(redis_url, namespace, broker, raw):
+    # One AsyncMessages (and runner) used by two threads, each with its own
+    # event loop, at the same time: each loop batches its own writes on its
+    # own connection pool, and closes only that pool.
+    runner = AsyncRedisRunner(redis_url, namespace=namespace)
+    messages = AsyncMessages(runner)
+    start = threading.Barrier(2)
+    connections_before = len(raw.client_list())
+
+    def produce(tag: str) -> list[int]:
+        async def burst() -> list[int]:
+            out: list[int] = []
+            try:
+                for first in range(0, 300, 50):
+                    out += await asyncio.gather(
+                        *(messages.write("jobs", f"{tag}{i}") for i in range(first, first + 50))
+                    )
+            finally:
+                await runner.aclose()
+            return out
+
+        start.wait(10)
+        return asyncio.run(burst())
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = [pool.submit(produce, tag) for tag in ("a", "b")]
+        ids = [committed for future in results for committed in future.result(timeout=60)]
+    assert len(set(ids)) == 600
+    deadline = time.monotonic() + 5  # the server notices closed sockets shortly after
+    while len(raw.client_list()) > connections_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(raw.client_list()) <= connections_before, raw.client_list()
+    bodies = [body for body, _ in broker.peek_many("jobs", 1000)]
+    for tag in ("a", "b"):
+        assert [b for b in bodies if b.startswith(tag)] == [f"{tag}{i}" for i in range(300)]

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -57,6 +58,15 @@ _BACKOFF_MIN = 0.1  # reconnect backoff bounds, seconds
 _BACKOFF_MAX = 5.0
 
 
+@dataclass(slots=True)
+class _LoopClient:
+    """The client (and its registered scripts) of one event loop."""
+
+    client: aioredis.Redis
+    scripts: Scripts
+    initialized: bool = False
+
+
 class AsyncRedisRunner:
     """Asyncio twin of :class:`RedisRunner` (same arguments)."""
 
@@ -82,25 +92,33 @@ class AsyncRedisRunner:
         )
         self.keys = self.sync.keys
         self.where = self.sync.where
-        self._owner: tuple[int, asyncio.AbstractEventLoop] | None = None
-        self._client: aioredis.Redis | None = None
-        self._scripts: Scripts | None = None
-        self._initialized = False
+        # One pool per event loop (a pool's connections belong to the loop
+        # that opened them); a forked child starts with none. Entries go
+        # away with their loops.
+        self._pid = os.getpid()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def _ensure_client(self) -> tuple[aioredis.Redis, Scripts]:
-        owner = (os.getpid(), asyncio.get_running_loop())
-        if self._owner != owner or self._client is None or self._scripts is None:
+    def _here(self) -> _LoopClient:
+        loop = asyncio.get_running_loop()
+        if self._pid != os.getpid():
+            self._pid, self._loops = os.getpid(), weakref.WeakKeyDictionary()
+        here = self._loops.get(loop)
+        if here is None:
             pool = aioredis.BlockingConnectionPool.from_url(
                 self.sync.target,
                 max_connections=self.sync.options.max_connections,
                 timeout=self.sync.pool_timeout,
                 **self.sync.connection_kwargs(),
             )
-            self._client = aioredis.Redis(connection_pool=pool)
-            self._scripts = Scripts.register(self._client)
-            self._owner = owner
-            self._initialized = False
-        return self._client, self._scripts
+            client = aioredis.Redis(connection_pool=pool)
+            here = self._loops[loop] = _LoopClient(client, Scripts.register(client))
+        return here
+
+    def _ensure_client(self) -> tuple[aioredis.Redis, Scripts]:
+        here = self._here()
+        return here.client, here.scripts
 
     async def execute(
         self, operation: Callable[[aioredis.Redis], Awaitable[T]], *, idempotent: bool = False
@@ -142,14 +160,14 @@ class AsyncRedisRunner:
         try:
             return await self.execute(run, idempotent=idempotent)
         except NamespaceMissing:
-            self._initialized = False
+            self._here().initialized = False
             await self.ensure_initialized()
             return await self.execute(run, idempotent=idempotent)
 
     async def ensure_initialized(self) -> None:
         """Create or validate the namespace once per process and loop."""
-        self._ensure_client()
-        if self._initialized:
+        here = self._here()
+        if here.initialized:
             return
         argv = [self.keys.wake_prefix, "init"]
         keys = list(self.keys.fixed_keys)
@@ -159,13 +177,13 @@ class AsyncRedisRunner:
             return await scripts.init(keys=keys, args=argv, client=client)
 
         await self.execute(run)
-        self._initialized = True
+        here.initialized = True
 
     async def aclose(self) -> None:
-        """Close this process's asyncio pool (reopened on next use)."""
-        client, self._client, self._scripts, self._owner = self._client, None, None, None
-        if client is not None:
-            await client.aclose()
+        """Close the running loop's pool (reopened on next use)."""
+        here = self._loops.pop(asyncio.get_running_loop(), None)
+        if here is not None and self._pid == os.getpid():
+            await here.client.aclose(close_connection_pool=True)
 
 
 _COUNTER_MASK = 0xFFF
@@ -185,6 +203,31 @@ class _Write:
     body: str
     delay_us: int
     future: asyncio.Future[int]
+
+
+class _LoopWrites:
+    """The writes of one event loop: queued ones, and who is sending."""
+
+    __slots__ = ("inline", "queued", "sender")
+
+    def __init__(self) -> None:
+        self.queued: list[_Write] = []
+        self.sender: asyncio.Task[None] | None = None
+        self.inline = False  # a write is being sent by its own caller
+
+    def take(self) -> list[_Write]:
+        """Remove and return the next batch (at least one write)."""
+        batch: list[_Write] = []
+        chars = 0
+        for item in self.queued:
+            if batch and (
+                len(batch) >= _BATCH_MAX_MESSAGES or chars + len(item.body) > _BATCH_MAX_CHARS
+            ):
+                break
+            batch.append(item)
+            chars += len(item.body)
+        del self.queued[: len(batch)]
+        return batch
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
@@ -215,10 +258,12 @@ class AsyncMessages:
         self.runner = runner
         self._last = 0
         self._max = max_message_size or int(resolve_config()["MAX_MESSAGE_SIZE"])
-        self._owner: tuple[int, asyncio.AbstractEventLoop] | None = None
-        self._queued: list[_Write] = []
-        self._sender: asyncio.Task[None] | None = None
-        self._inline = False  # a write is being sent by its own caller
+        # Batching state per event loop: loops in other threads never share
+        # a batch, and a forked child starts empty.
+        self._pid = os.getpid()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWrites] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def _candidate(self) -> int:
         waited = 0.0
@@ -247,57 +292,45 @@ class AsyncMessages:
         if not math.isfinite(delay_seconds):
             raise ValueError("delay_seconds must be a finite number")
         loop = asyncio.get_running_loop()
-        owner = (os.getpid(), loop)
-        if self._owner != owner:
-            # A new process or event loop: nothing queued elsewhere is ours.
-            self._owner, self._queued, self._sender, self._inline = owner, [], None, False
+        if self._pid != os.getpid():
+            self._pid, self._loops = os.getpid(), weakref.WeakKeyDictionary()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopWrites()
         item = _Write(queue, body, max(0, round(delay_seconds * 1_000_000)), loop.create_future())
-        if self._sender is None and not self._inline:
+        if state.sender is None and not state.inline:
             # Nothing in flight: send this write now, from this task (no hop).
-            self._inline = True
+            state.inline = True
             try:
                 return (await self._commit([item]))[0]
             finally:
-                self._inline = False
-                self._start_sender(loop)
-        self._queued.append(item)
-        if not self._inline:
-            self._start_sender(loop)
+                state.inline = False
+                self._start_sender(loop, state)
+        state.queued.append(item)
+        if not state.inline:
+            self._start_sender(loop, state)
         try:
             return await item.future
         except asyncio.CancelledError:
-            if item in self._queued:
-                self._queued.remove(item)
+            if item in state.queued:
+                state.queued.remove(item)
             raise
 
-    def _start_sender(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._queued and self._sender is None:
-            self._sender = loop.create_task(self._send_all(), name="simplebroker-redis-writes")
+    def _start_sender(self, loop: asyncio.AbstractEventLoop, state: _LoopWrites) -> None:
+        if state.queued and state.sender is None:
+            state.sender = loop.create_task(self._send_all(state), name="simplebroker-redis-writes")
 
-    def _take(self) -> list[_Write]:
-        batch: list[_Write] = []
-        chars = 0
-        for item in self._queued:
-            if batch and (
-                len(batch) >= _BATCH_MAX_MESSAGES or chars + len(item.body) > _BATCH_MAX_CHARS
-            ):
-                break
-            batch.append(item)
-            chars += len(item.body)
-        del self._queued[: len(batch)]
-        return batch
-
-    async def _send_all(self) -> None:
+    async def _send_all(self, state: _LoopWrites) -> None:
         try:
-            while self._queued:
-                batch = self._take()
+            while state.queued:
+                batch = state.take()
                 try:
                     ids = await self._commit(batch)
                 except BaseException as exc:
                     if not isinstance(exc, Exception):
                         # Cancelled (the loop is closing): nobody will send the rest.
-                        batch += self._queued
-                        self._queued.clear()
+                        batch += state.queued
+                        state.queued.clear()
                     for item in batch:
                         _fail(item.future, exc)
                     if not isinstance(exc, Exception):
@@ -307,7 +340,7 @@ class AsyncMessages:
                     if not item.future.done():
                         item.future.set_result(committed)
         finally:
-            self._sender = None
+            state.sender = None
 
     async def _commit(self, batch: list[_Write]) -> list[int]:
         args: list[object] = [""]
