@@ -287,6 +287,16 @@ local function delivery_count(id)
   return count
 end
 
+-- The target queue of a settlement: `target`, or the one recorded at
+-- reserve time when it is ''. Raises ARG for a move without a usable target.
+local function settle_target(record, mode, target)
+  if target == '' then target = record.t end
+  if mode == 'move' and (not target or target == '' or target == record.q) then
+    fail('ARG', 'move needs a target queue')
+  end
+  return target
+end
+
 -- Settle `ids` of a token whose `record` was read (see settle.lua): 'claim'
 -- marks them consumed, 'delete' removes them, 'move' makes them pending in
 -- `target`. IDs the token no longer holds are counted as lost and left

@@ -31,12 +31,7 @@ while at <= #ARGV do
   -- batch: its IDs are reported lost, and recovery deals with the token.
   local readable, record = pcall(read_record, token)
   if not readable then record = nil end
-  if record then
-    if target == '' then target = record.t end
-    if mode == 'move' and (not target or target == '' or target == record.q) then
-      fail('ARG', 'move needs a target queue')
-    end
-  end
+  if record then target = settle_target(record, mode, target) end
   local ids = {}
   for i = 1, n do ids[i] = ARGV[at + 3 + i] end
   groups[#groups + 1] = {token = token, mode = mode, target = target, record = record, ids = ids}

@@ -17,9 +17,7 @@ if not record then
   if ARGV[5] == '*' then return {0, -1} end
   return {0, #ARGV - 4}
 end
-local target = ARGV[4]
-if target == '' then target = record.t end
-if mode == 'move' and (target == '' or target == record.q) then fail('ARG', 'move needs a target queue') end
+local target = settle_target(record, mode, ARGV[4])
 
 local ids = {}
 if ARGV[5] == '*' then
