@@ -84,6 +84,18 @@ def make_runner(
     )
 
 
+async def close_runner(runner: AsyncRedisRunner) -> None:
+    """Close the running loop's pool of ``runner``; a failure is only logged.
+
+    Shutdown must go on even when closing sockets fails (a server that went
+    away, a connection reset).
+    """
+    try:
+        await runner.aclose()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger.debug("closing the connection pool failed: %s", exc)
+
+
 def _number(name: str, value: object, *, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number")
@@ -219,10 +231,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                     await runtime.close()
                 else:
                     runtime.heartbeat.stop()
-            try:
-                await self.runner.aclose()
-            except Exception as exc:  # noqa: BLE001 - a pool of a finished loop
-                logger.debug("closing the connection pool failed: %s", exc)
+            await close_runner(self.runner)
 
     def _runtime_here(self) -> Runtime:
         runtime = self._runtime

@@ -13,7 +13,6 @@ acknowledgement (see :mod:`.runtime`).
 
 from __future__ import annotations
 
-import logging
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -23,13 +22,11 @@ from taskiq.depends.progress_tracker import TaskProgress
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import make_runner
+from .broker import close_runner, make_runner
 from .codec import decode_body, encode_body
 from .commit import ResultWrite
 from .errors import ConfigurationError, ResultIsMissingError
 from .runtime import Runtime
-
-logger = logging.getLogger("taskiq_simplebroker")
 
 _ReturnType = TypeVar("_ReturnType")
 
@@ -94,10 +91,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         await super().shutdown()
         self._runtime = None
         if self._owns_runner:
-            try:
-                await self.runner.aclose()
-            except Exception as exc:  # noqa: BLE001 - a pool of a finished loop
-                logger.debug("closing the connection pool failed: %s", exc)
+            await close_runner(self.runner)
 
     # -- encoding ------------------------------------------------------------------
     def _dump(self, model: BaseModel) -> str:

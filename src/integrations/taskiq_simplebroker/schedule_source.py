@@ -21,7 +21,7 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import make_runner
+from .broker import close_runner, make_runner
 from .errors import ScheduleError
 
 logger = logging.getLogger("taskiq_simplebroker")
@@ -99,10 +99,7 @@ class SimpleBrokerScheduleSource(ScheduleSource):
     async def shutdown(self) -> None:
         """Close this source's connections (when it owns its runner)."""
         if self._owns_runner:
-            try:
-                await self.runner.aclose()
-            except Exception as exc:  # noqa: BLE001 - a pool of a finished loop
-                logger.debug("closing the connection pool failed: %s", exc)
+            await close_runner(self.runner)
 
     async def get_schedules(self) -> list[ScheduledTask]:
         """Return every stored schedule (unreadable ones are logged and skipped)."""
