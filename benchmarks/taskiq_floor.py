@@ -107,13 +107,13 @@ async def ours(url: str, n: int, prefetch: int, results: bool) -> tuple[float, d
 
     worker.register_task(counted, task_name="bench.noop")
     calls: collections.Counter[str] = collections.Counter()
-    call = worker.runner.call
+    run = worker.runner.run
 
-    async def counting(script: Any, args: Any, **kwargs: Any) -> Any:
-        calls[script] += 1
-        return await call(script, args, **kwargs)
+    async def counting(call: Any) -> Any:
+        calls[call.script or "command"] += 1
+        return await run(call)
 
-    worker.runner.call = counting
+    worker.runner.run = counting
     cpu = await drain(worker, lambda: done, n)
     return cpu, {name: count / n for name, count in calls.items()}
 

@@ -106,11 +106,12 @@ def body_map(pairs: dict[int, str]) -> dict[str, str]:
 def record_scripts(runner: Any) -> list[str]:
     """Record the name of every script run through an AsyncRedisRunner (one round trip each)."""
     names: list[str] = []
-    call = runner.call
+    run = runner.run
 
-    async def recording(script: Any, args: Any, **kwargs: Any) -> Any:
-        names.append(script)
-        return await call(script, args, **kwargs)
+    async def recording(call: Any) -> Any:
+        if call.script is not None:
+            names.append(call.script)
+        return await run(call)
 
-    runner.call = recording
+    runner.run = recording
     return names

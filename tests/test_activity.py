@@ -15,7 +15,7 @@ import redis
 from simplebroker import BrokerTarget, Queue, QueueWatcher, create_activity_waiter_for_queues
 
 from simplebroker_redis import redis_backend_plugin
-from simplebroker_redis.activity import Listener, listener_for
+from simplebroker_redis.activity import WakeupListener, listener_for
 
 
 @pytest.fixture
@@ -110,15 +110,15 @@ def test_close_is_terminal_and_reports_every_cleanup_failure(redis_url, namespac
         stop_event=threading.Event(),
     )
     attempted: list[str] = []
-    real = Listener.unregister
+    real = WakeupListener.unregister
 
-    def flaky(self: Listener, channel: str, callback: object) -> None:
+    def flaky(self: WakeupListener, channel: str, callback: object) -> None:
         attempted.append(channel)
         real(self, channel, callback)  # type: ignore[arg-type]
         if not channel.endswith(":c"):
             raise ConnectionError(f"cannot unsubscribe {channel}")
 
-    monkeypatch.setattr(Listener, "unregister", flaky)
+    monkeypatch.setattr(WakeupListener, "unregister", flaky)
     with pytest.raises(ConnectionError, match=":a") as info:
         waiter.close()
     assert [c.rsplit(":", 1)[1] for c in attempted] == ["a", "b", "c"]

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from simplebroker.ext import TimestampError
 
+from simplebroker_redis import calls
 from simplebroker_redis.errors import ScriptConflict
 from simplebroker_redis.keys import format_id
 from simplebroker_redis.scripts import script_source
@@ -54,7 +55,7 @@ def test_write_takes_the_larger_of_candidate_and_high_water(
     broker, runner, raw, namespace, last, candidate, expected
 ):
     raw.hset(f"sb:{{{namespace}}}:meta", "last_ts", format_id(last))
-    committed = runner.call("write", ["q", "body", format_id(candidate), 0, 0])
+    committed = runner.run(calls.write("q", "body", candidate))
     assert int(committed) == expected
     assert raw.hget(f"sb:{{{namespace}}}:meta", "last_ts") == format_id(expected)
 
@@ -63,7 +64,7 @@ def test_exhausted_counter_is_refused_before_any_write(broker, runner, raw, name
     last = 1000 * 4096 + 4095
     raw.hset(f"sb:{{{namespace}}}:meta", "last_ts", format_id(last))
     with pytest.raises(ScriptConflict) as info:
-        runner.call("write", ["q", "body", format_id(1000 * 4096), 0, 0])
+        runner.run(calls.write("q", "body", 1000 * 4096))
     assert info.value.code == "CLOCK"
     assert int(info.value.detail) == last
     assert raw.zcard(f"sb:{{{namespace}}}:pending") == 0

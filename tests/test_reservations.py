@@ -6,8 +6,11 @@ import threading
 import time
 
 import pytest
+from simplebroker.ext import DataError, OperationalError
 
-from simplebroker_redis import Leases, RedisRunner, ReservationConflict, ReservationLost
+from helpers import stored
+from simplebroker_redis import Leases, RedisRunner, ReservationConflict, ReservationLost, calls
+from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 
 
@@ -278,3 +281,42 @@ def test_max_deliveries_sends_expired_message_to_dead_letter(runner, broker):
     lease = leases.reserve("tasks.dead", 1, 30)
     assert leases.reject(lease.token, None, "tasks.final").settled == 1
     assert broker.peek_many("tasks.final", 10) == [("m0", mid)]
+
+
+def test_settle_refuses_an_unknown_mode_before_anything_changes(runner, broker, raw, namespace):
+    leases = Leases(runner)
+    ids = _fill(broker, "tasks", 2)
+    lease = leases.reserve("tasks", 2, 30)
+    before = stored(raw, namespace)
+    # The typed call refuses the mode on the client; the script refuses it too.
+    bad = Call(list, "settle", (lease.token, "explode", "", f"{ids[0]:019d}"))
+    with pytest.raises(ValueError, match="settlement mode"):
+        runner.run(bad)
+    assert stored(raw, namespace) == before
+    assert leases.ack(lease.token).settled == 2
+
+
+def test_renew_validates_every_token_before_renewing_any(runner, broker, raw, namespace):
+    leases = Leases(runner)
+    _fill(broker, "tasks", 2)
+    first = leases.reserve("tasks", 1, 30)
+    second = leases.reserve("tasks", 1, 30)
+    tokens_key = f"sb:{{{namespace}}}:tokens"
+    raw.hset(tokens_key, second.token, "not json")
+    before = stored(raw, namespace)
+    with pytest.raises(DataError, match="damaged record"):
+        leases.renew([first.token, second.token], 300)
+    # The healthy token listed first was not renewed either.
+    assert stored(raw, namespace) == before
+
+
+def test_a_reused_token_is_a_retryable_error(runner, broker):
+    leases = Leases(runner)
+    _fill(broker, "tasks", 2)
+    lease = leases.reserve("tasks", 1, 30)
+    args = list(calls.reserve("tasks", 1, 30).args)
+    args[1] = lease.token
+    with pytest.raises(OperationalError, match="is in use") as caught:
+        runner.run(Call(list, "reserve", tuple(args)))
+    assert caught.value.retryable
+    assert broker.get_queue_stat("tasks").pending == 2

@@ -49,7 +49,7 @@ def _run_everything(core) -> None:
 
 def test_registered_scripts_are_the_packaged_sources(runner):
     for name in SCRIPT_NAMES:
-        script = getattr(runner.scripts, name)
+        script = runner.scripts[name]
         assert script.sha == hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
@@ -65,7 +65,7 @@ def test_operation_works_after_script_flush(broker, raw, runner, name):
     broker.write("q", "seed")
     broker.write("q", "seed 2")
     raw.script_flush()
-    assert not any(raw.script_exists(runner.scripts.write.sha))
+    assert not any(raw.script_exists(runner.scripts["write"].sha))
     eval_before = _calls(raw, "eval")
     OPERATIONS[name](broker)
     assert _calls(raw, "eval") == eval_before  # reloaded with SCRIPT LOAD, run by SHA

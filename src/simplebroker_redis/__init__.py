@@ -8,15 +8,20 @@ Install the package and select it in ``.broker.toml``::
 Public names re-exported here; see ``docs/architecture.md`` for the design.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .core import RedisBrokerCore
 from .errors import ReservationConflict, ReservationLost
 from .keys import DEFAULT_NAMESPACE, Keyspace
-from .leases import Lease, LeasedMessage, Leases, Recovery, Settlement
+from .leases import Lease, LeaseCalls, LeasedMessage, Leases, Recovery, Settlement
 from .options import BackendOptions
 from .plugin import RedisBackendPlugin, redis_backend_plugin
 from .runner import RedisRunner
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("simplebroker-redis")
+except PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 
 def get_backend_plugin() -> RedisBackendPlugin:
@@ -29,6 +34,7 @@ __all__ = [
     "BackendOptions",
     "Keyspace",
     "Lease",
+    "LeaseCalls",
     "LeasedMessage",
     "Leases",
     "Recovery",

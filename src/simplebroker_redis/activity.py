@@ -5,7 +5,7 @@ channel inside the same script, so a wake-up costs no extra round trip and
 never announces work that did not commit. Wake-ups are hints: owners still
 drain queues through ordinary operations.
 
-One :class:`Listener` per (process, target, namespace) holds a dedicated
+One :class:`WakeupListener` per (process, target, namespace) holds a dedicated
 Pub/Sub connection (never one from the command pool) and a daemon thread
 that dispatches messages to every registered waiter. On connection loss it
 reconnects with exponential backoff, subscribes again, and wakes every
@@ -24,15 +24,12 @@ from typing import Any, Final
 
 import redis
 
+from .retry import Backoff
 from .runner import RedisRunner
 from .validation import validate_queue_name
 
 #: Seconds between liveness PINGs on an idle Pub/Sub connection.
 PING_INTERVAL: Final[float] = 30.0
-
-#: Reconnect backoff bounds, in seconds.
-BACKOFF_MIN: Final[float] = 0.1
-BACKOFF_MAX: Final[float] = 5.0
 
 #: Seconds a new registration waits for the listener's first connection.
 CONNECT_WAIT: Final[float] = 5.0
@@ -43,7 +40,7 @@ STOP_POLL: Final[float] = 0.05
 Callback = Callable[[], None]
 
 
-class Listener:
+class WakeupListener:
     """A process-local Pub/Sub connection shared by every waiter of a namespace."""
 
     def __init__(self, runner: RedisRunner) -> None:
@@ -115,10 +112,7 @@ class Listener:
             pass
 
     def _connect(self) -> None:
-        kwargs = self._runner.connection_kwargs()
-        kwargs["socket_timeout"] = None
-        kwargs["socket_keepalive"] = True
-        client = redis.Redis.from_url(self._runner.target, **kwargs)
+        client = self._runner.connections.subscriber()
         # redis-py leaves pubsub() unannotated.
         pubsub: Any = client.pubsub()  # type: ignore[no-untyped-call]
         with self._lock:
@@ -166,20 +160,19 @@ class Listener:
                 self._dispatch(str(message["channel"]))
 
     def _run(self) -> None:
-        backoff = BACKOFF_MIN
+        backoff = Backoff()
         first = True
         while not self._stopping:
             try:
                 self._connect()
             except (redis.RedisError, OSError):
-                time.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                time.sleep(backoff.next())
                 continue
             if not first:
                 self.reconnects += 1
                 self._wake_all()
             first = False
-            backoff = BACKOFF_MIN
+            backoff.reset()
             try:
                 self._serve()
             except (redis.RedisError, OSError, ValueError):
@@ -204,21 +197,17 @@ class Listener:
                 last_io = time.monotonic()
 
 
-_LISTENERS: dict[tuple[Any, ...], Listener] = {}
+_LISTENERS: dict[tuple[Any, ...], WakeupListener] = {}
 _LISTENERS_LOCK = threading.Lock()
 
 
-def listener_for(runner: RedisRunner) -> Listener:
+def listener_for(runner: RedisRunner) -> WakeupListener:
     """Return this process's listener for the runner's target and namespace."""
-    key = (
-        os.getpid(),
-        runner.where + repr(runner.connection_kwargs().get("password")),
-        runner.keys.namespace,
-    )
+    key = (os.getpid(), *runner.identity)
     with _LISTENERS_LOCK:
         listener = _LISTENERS.get(key)
         if listener is None:
-            listener = _LISTENERS[key] = Listener(runner)
+            listener = _LISTENERS[key] = WakeupListener(runner)
         return listener
 
 

@@ -9,6 +9,8 @@ Nothing here ever formats a password: callers pass a redacted target.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 import redis.exceptions as rx
@@ -21,6 +23,9 @@ from simplebroker.ext import (
     TimestampError,
 )
 
+from .keys import SCHEMA_VERSION
+from .scripts import locate
+
 # Pipelines prefix the server's reply ("Command # 2 (ZCARD ...) ...: WRONGTYPE").
 _WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
 
@@ -31,6 +36,8 @@ _CONNECT_FAILED_RE: Final = re.compile(r"(?i)(?:error [-\d]+ )?connecting to|con
 _SCRIPT_ERROR_RE: Final = re.compile(
     r"^SBR_([A-Z]+) ?(.*?)(?: script: [0-9a-f]+, on @user_script:\d+\.)?$", re.S
 )
+_SCRIPT_SHA_RE: Final = re.compile(r"script: ([0-9a-f]{40})")
+_USER_SCRIPT_RE: Final = re.compile(r"user_script:(\d+)")
 
 
 class ScriptConflict(Exception):
@@ -75,39 +82,125 @@ def _operational(message: str, *, retryable: bool) -> OperationalError:
     return error
 
 
+def _namespace_missing(detail: str, where: str) -> BaseException:
+    return NamespaceMissing(
+        f"{where} is not an initialized simplebroker-redis namespace "
+        "(run initialize_target or any broker command to create it)"
+    )
+
+
+def _not_ours(detail: str, where: str) -> BaseException:
+    return DatabaseError(
+        f"{where} is not a simplebroker-redis namespace of schema version "
+        f"{SCHEMA_VERSION}: {detail}"
+    )
+
+
+def _damaged(detail: str, where: str) -> BaseException:
+    return DataError(f"damaged simplebroker-redis data in {where}: {detail}")
+
+
+def _retry_later(detail: str, where: str) -> BaseException:
+    return _operational(f"reservation failed in {where}: {detail}", retryable=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptErrorCode:
+    """One ``SBR_<CODE>`` a script may raise: what it means, and what callers get."""
+
+    meaning: str
+    build: Callable[[str, str], BaseException]  #: (detail, where) -> exception
+
+
+#: Every error code a Lua script raises (``fail('<CODE>', detail)`` sends
+#: ``SBR_<CODE> <detail>``). ``tests/test_lua_modules.py`` checks that the
+#: scripts raise no other code.
+SCRIPT_ERRORS: Final[dict[str, ScriptErrorCode]] = {
+    "UNINITIALIZED": ScriptErrorCode(
+        "the namespace has no meta record; NamespaceMissing (the runner initializes "
+        "the namespace and retries once)",
+        _namespace_missing,
+    ),
+    "FOREIGN": ScriptErrorCode(
+        "meta belongs to something else, or keys exist without meta; DatabaseError", _not_ours
+    ),
+    "SCHEMA": ScriptErrorCode("the stored schema version is not ours; DatabaseError", _not_ours),
+    "WRONGTYPE": ScriptErrorCode("a fixed key holds the wrong Redis type; DataError", _damaged),
+    "CORRUPT": ScriptErrorCode(
+        "a message without a body, a damaged record, count or high-water; DataError", _damaged
+    ),
+    "CLOCK": ScriptErrorCode(
+        "the logical counter at the high-water is exhausted; the client waits for its "
+        "clock and retries (internal ScriptConflict)",
+        lambda detail, where: ScriptConflict("CLOCK", detail),
+    ),
+    "IDCONFLICT": ScriptErrorCode(
+        "a candidate ID names a stored message; the client backs off and retries "
+        "(internal ScriptConflict)",
+        lambda detail, where: ScriptConflict("IDCONFLICT", detail),
+    ),
+    "IDRANGE": ScriptErrorCode(
+        "an ID would reach 2**63; TimestampError", lambda detail, where: TimestampError(detail)
+    ),
+    "DUPLICATE": ScriptErrorCode(
+        "an exact-ID insert names a stored message; IntegrityError",
+        lambda detail, where: IntegrityError(f"message ID {detail} already exists"),
+    ),
+    "DUPCANDIDATE": ScriptErrorCode(
+        "candidate IDs not strictly increasing (a broken generator); IntegrityError",
+        lambda detail, where: IntegrityError(
+            f"the ID generator proposed {detail} twice or out of order"
+        ),
+    ),
+    "RESERVED": ScriptErrorCode(
+        "the operation would touch reserved messages; ReservationConflict (retryable)",
+        lambda detail, where: ReservationConflict(detail),
+    ),
+    "TOKEN": ScriptErrorCode(
+        "a new reservation's token is already in use; OperationalError (retryable: a "
+        "new call draws a new token)",
+        _retry_later,
+    ),
+    "EXISTS": ScriptErrorCode(
+        "the target queue of a rename exists; ValueError", lambda detail, where: ValueError(detail)
+    ),
+    "ALIAS": ScriptErrorCode(
+        "an alias change would break the flat alias map; ValueError",
+        lambda detail, where: ValueError(detail),
+    ),
+    "ARG": ScriptErrorCode(
+        "malformed arguments (a bug in the caller); ValueError",
+        lambda detail, where: ValueError(detail),
+    ),
+}
+
+
 def script_error(code: str, detail: str, where: str) -> BaseException:
     """Map a script's ``SBR_`` error code onto a SimpleBroker exception."""
-    if code in ("CLOCK", "IDCONFLICT"):
-        return ScriptConflict(code, detail)
-    if code == "IDRANGE":
-        return TimestampError(detail)
-    if code == "DUPLICATE":
-        return IntegrityError(f"message ID {detail} already exists")
-    if code == "DUPCANDIDATE":
-        return IntegrityError(f"the ID generator proposed {detail} twice or out of order")
-    if code == "RESERVED":
-        return ReservationConflict(detail)
-    if code in ("EXISTS", "ALIAS", "ARG"):
-        return ValueError(detail)
-    if code in ("WRONGTYPE", "CORRUPT"):
-        return DataError(f"damaged simplebroker-redis data in {where}: {detail}")
-    if code == "UNINITIALIZED":
-        return NamespaceMissing(
-            f"{where} is not an initialized simplebroker-redis namespace "
-            "(run initialize_target or any broker command to create it)"
-        )
-    if code in ("FOREIGN", "SCHEMA"):
-        return DatabaseError(
-            f"{where} is not a simplebroker-redis namespace of schema version 1: {detail}"
-        )
-    return _operational(f"simplebroker-redis script failed ({code}): {detail}", retryable=False)
+    known = SCRIPT_ERRORS.get(code)
+    if known is None:
+        return _operational(f"simplebroker-redis script failed ({code}): {detail}", retryable=False)
+    return known.build(detail, where)
+
+
+def _located(text: str) -> str:
+    """Point ``user_script:<line>`` of a script error at the Lua file and line."""
+    match = _SCRIPT_SHA_RE.search(text)
+    if match is None:
+        return text
+    sha = match.group(1)
+
+    def swap(line: re.Match[str]) -> str:
+        return locate(sha, int(line.group(1))) or line.group(0)
+
+    return _USER_SCRIPT_RE.sub(swap, text)
 
 
 def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
     match = _SCRIPT_ERROR_RE.match(str(exc))
     if match:
         return script_error(match.group(1), match.group(2), where)
-    text = str(exc)
+    text = _located(str(exc))
     if _WRONGTYPE_RE.search(text):
         return DataError(f"damaged simplebroker-redis data in {where}: {text}")
     if text.startswith(("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")):

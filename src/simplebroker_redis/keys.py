@@ -35,6 +35,31 @@ KEY_PREFIX: Final[str] = "sb"
 #: Width of a zero-padded message ID inside sorted-set members.
 ID_WIDTH: Final[int] = 19
 
+#: Largest storable message ID (SimpleBroker's exclusive bound is 2**63).
+MAX_ID: Final[int] = 2**63 - 1
+
+#: The fixed keys of a namespace, in the order scripts receive them as
+#: ``KEYS`` (Lua names them ``K_<NAME>``), with their Redis types. ``meta``
+#: comes first; ``schedules`` (Taskiq) last, because it may exist before the
+#: namespace does. Every other key exists only in an initialized namespace.
+FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
+    ("meta", "hash"),
+    ("queues", "zset"),
+    ("pending", "zset"),
+    ("reserved", "zset"),
+    ("delayed", "zset"),
+    ("due", "zset"),
+    ("claimed", "zset"),
+    ("bodies", "hash"),
+    ("deliveries", "hash"),
+    ("owners", "hash"),
+    ("tokens", "hash"),
+    ("token_ids", "zset"),
+    ("leases", "zset"),
+    ("aliases", "hash"),
+    ("schedules", "hash"),
+)
+
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
@@ -100,44 +125,14 @@ class Keyspace:
         return cls(
             namespace=namespace,
             prefix=prefix,
-            meta=prefix + "meta",
-            queues=prefix + "queues",
-            pending=prefix + "pending",
-            reserved=prefix + "reserved",
-            delayed=prefix + "delayed",
-            due=prefix + "due",
-            claimed=prefix + "claimed",
-            bodies=prefix + "bodies",
-            deliveries=prefix + "deliveries",
-            owners=prefix + "owners",
-            tokens=prefix + "tokens",
-            token_ids=prefix + "token_ids",
-            leases=prefix + "leases",
-            aliases=prefix + "aliases",
-            schedules=prefix + "schedules",
             wake_prefix=prefix + "wake:",
+            **{name: prefix + name for name, _ in FIXED_KEYS},
         )
 
     @property
     def fixed_keys(self) -> tuple[str, ...]:
-        """Every fixed key of the namespace, meta first."""
-        return (
-            self.meta,
-            self.queues,
-            self.pending,
-            self.reserved,
-            self.delayed,
-            self.due,
-            self.claimed,
-            self.bodies,
-            self.deliveries,
-            self.owners,
-            self.tokens,
-            self.token_ids,
-            self.leases,
-            self.aliases,
-            self.schedules,
-        )
+        """Every fixed key of the namespace, in ``KEYS`` order (meta first)."""
+        return tuple(getattr(self, name) for name, _ in FIXED_KEYS)
 
     def wake_channel(self, queue: str) -> str:
         """Return the Pub/Sub channel announcing new pending work in ``queue``."""

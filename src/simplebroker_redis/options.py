@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from simplebroker.ext import InvalidConfigError
@@ -58,6 +58,15 @@ def _number(name: str, value: object) -> float:
     if not math.isfinite(value):
         raise _invalid(name, value, "a finite number")
     return float(value)
+
+
+class OptionKwargs(TypedDict, total=False):
+    """The backend options as keyword arguments (``RedisRunner(url, namespace=...)``)."""
+
+    namespace: str
+    max_connections: int
+    pool_timeout: float | None
+    stale_batch_seconds: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from simplebroker.ext import ActivityWaiter, BrokerConnection, DataError
+from simplebroker.ext import ActivityWaiter, BackendPlugin, BrokerConnection
 
-from . import target as namespace_ops
+from . import calls
+from . import namespace as namespace_ops
+from .activity import open_waiter
+from .core import RedisBrokerCore
 from .keys import SCHEMA_VERSION, format_id
 from .options import BackendOptions, normalize_target
-from .runner import RedisRunner, shared_runner
+from .runner import RedisRunner, RunnerBase, shared_runner
 
 
 def _not_sql(hook: str) -> NoReturn:
@@ -64,15 +67,7 @@ class RedisBackendPlugin:
         config: Mapping[str, Any] | None = None,
     ) -> RedisRunner:
         """Return a new runner owned by the caller (closed by its ``shutdown``)."""
-        options = BackendOptions.parse(backend_options)
-        return RedisRunner(
-            target,
-            namespace=options.namespace,
-            max_connections=options.max_connections,
-            pool_timeout=options.pool_timeout,
-            stale_batch_seconds=options.stale_batch_seconds,
-            config=config,
-        )
+        return RedisRunner(target, BackendOptions.parse(backend_options), config=config)
 
     def create_core(
         self,
@@ -83,8 +78,6 @@ class RedisBackendPlugin:
         stop_event: Any = None,
     ) -> BrokerConnection:
         """Return a core borrowing the process-wide runner of this target."""
-        from .core import RedisBrokerCore
-
         runner = self._runner_for(target, backend_options, config)
         return RedisBrokerCore(runner, config=config, stop_event=stop_event)
 
@@ -96,8 +89,6 @@ class RedisBackendPlugin:
         stop_event: Any = None,
     ) -> BrokerConnection:
         """Return a core borrowing ``runner`` (which stays caller-owned)."""
-        from .core import RedisBrokerCore
-
         if not isinstance(runner, RedisRunner):
             raise TypeError("the redis backend needs a simplebroker_redis.RedisRunner")
         return RedisBrokerCore(runner, config=config, stop_event=stop_event)
@@ -143,22 +134,11 @@ class RedisBackendPlugin:
     # -- timestamp hooks used by SimpleBroker's TimestampGenerator ----------------
     def read_last_ts(self, runner: RedisRunner) -> int:
         """Return the durable high-water mark (0 for an empty namespace)."""
-        key = runner.keys.meta
-        value = runner.execute(lambda client: client.hget(key, "last_ts"), idempotent=True)
-        if value is None:
-            return 0
-        if not (
-            isinstance(value, str) and len(value) == 19 and value.isascii() and value.isdigit()
-        ):
-            raise DataError(
-                f"damaged simplebroker-redis data in {runner.where}: "
-                "last_ts is not a 19-digit message ID"
-            )
-        return int(value)
+        return namespace_ops.read_last_ts(runner)
 
     def advance_last_ts(self, runner: RedisRunner, *, new_ts: int) -> bool:
         """Raise the durable high-water to ``new_ts``; return whether it moved."""
-        return bool(runner.call("advance_ts", [format_id(new_ts)]))
+        return runner.run(calls.advance_ts(new_ts))
 
     def write_last_ts(self, runner: RedisRunner, ts: int) -> None:
         """Overwrite the durable high-water mark (repair tools and tests only)."""
@@ -167,21 +147,15 @@ class RedisBackendPlugin:
 
     def read_magic(self, runner: RedisRunner) -> str | None:
         """Return the namespace magic string, or None."""
-        key = runner.keys.meta
-        value = runner.execute(lambda client: client.hget(key, "magic"), idempotent=True)
-        return None if value is None else str(value)
+        return namespace_ops.read_magic(runner)
 
     def read_schema_version(self, runner: RedisRunner) -> int:
         """Return the stored schema version (0 when absent)."""
-        key = runner.keys.meta
-        value = runner.execute(lambda client: client.hget(key, "schema_version"), idempotent=True)
-        return int(value or 0)
+        return namespace_ops.read_meta_int(runner, "schema_version")
 
     def read_alias_version(self, runner: RedisRunner) -> int:
         """Return the alias version."""
-        key = runner.keys.meta
-        value = runner.execute(lambda client: client.hget(key, "alias_version"), idempotent=True)
-        return int(value or 0)
+        return namespace_ops.read_meta_int(runner, "alias_version")
 
     def get_data_version(self, runner: RedisRunner) -> int | None:
         """Return None: change detection uses Pub/Sub waiters instead."""
@@ -216,8 +190,6 @@ class RedisBackendPlugin:
         stop_event: Any,
     ) -> ActivityWaiter | None:
         """Return one Pub/Sub waiter for several queues."""
-        from .activity import open_waiter
-
         if runner is None:
             if target is None:
                 return None
@@ -251,3 +223,7 @@ class RedisBackendPlugin:
 
 
 redis_backend_plugin = RedisBackendPlugin()
+
+# The runners' documented back-pointer to their plugin (SimpleBroker's
+# BackendAwareRunner contract), set here so no lower layer imports this one.
+RunnerBase.backend_plugin = cast("BackendPlugin", redis_backend_plugin)

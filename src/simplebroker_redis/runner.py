@@ -1,132 +1,194 @@
-"""``RedisRunner``: one connection pool, its scripts, and fork safety.
+"""Runners: run typed calls on a pooled connection; one retry-and-translate rule.
 
-A runner owns a redis-py ``BlockingConnectionPool`` for ordinary commands.
-It opens nothing until first use, and a forked child builds its own pool the
-first time it touches the runner (it never reuses its parent's sockets).
-Pub/Sub never uses this pool: see :mod:`simplebroker_redis.activity`.
+:class:`RunnerBase` holds what the sync :class:`RedisRunner` and the asyncio
+:class:`~simplebroker_redis.aio.AsyncRedisRunner` share: the options, the
+connection settings (:class:`~simplebroker_redis.connection.Connections`),
+the key schema, the naming used in errors, how a :class:`~.calls.Call`
+becomes a script run, and the one rule for failures:
 
-Commands are never retried automatically: a lost response may hide a
-committed write. Read-only scripts may opt into one retry (``idempotent``).
+- every redis-py error is translated into a SimpleBroker exception here
+  (:func:`~simplebroker_redis.errors.translate`);
+- commands are never retried blindly: a lost reply may hide a committed
+  write. Only calls marked ``idempotent`` (reads) are retried, once, after a
+  connection error;
+- a namespace found uninitialized (cleaned up by another process) is
+  initialized again and the call retried once: scripts validate before they
+  write, so the retry cannot double-apply.
+
+A ``RedisRunner`` opens nothing until first use, and a forked child builds
+its own pool the first time it touches the runner (it never reuses its
+parent's sockets). Pub/Sub never uses this pool: see :mod:`.activity`.
 """
 
 from __future__ import annotations
 
 import atexit
-import inspect
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Unpack
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-from simplebroker import resolve_config
-from simplebroker.ext import BackendPlugin as _BackendPlugin
+from simplebroker import BrokerTarget
 from simplebroker.ext import MaintenanceSchedule, OperationalError
 
+from .calls import Call
+from .calls import init as init_call
+from .connection import Connections, config_settings
 from .errors import NamespaceMissing, translate
 from .ids import HighWaterClock
-from .keys import DEFAULT_NAMESPACE, Keyspace
-from .options import (
-    BackendOptions,
-    normalize_target,
-    redact_target,
-    target_has_password,
-)
-from .scripts import ScriptName, Scripts
+from .keys import Keyspace
+from .options import BackendOptions, OptionKwargs
+from .scripts import SCRIPT_NAMES, ScriptName, script_source
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from simplebroker.ext import BackendPlugin
 
-#: Seconds allowed to open a TCP/unix connection.
-CONNECT_TIMEOUT: Final[float] = 5.0
+R = TypeVar("R")
 
-#: Seconds a command may take before its socket read times out.
-COMMAND_TIMEOUT: Final[float] = 60.0
-
-_DEFAULT_BUSY_TIMEOUT_MS: Final[int] = 5000
-
-# No CLIENT SETINFO on connect: one round trip less per new connection, and a
-# least-privilege ACL user need not be granted it (Redis 7.0 lacks it).
-_NO_SETINFO: Final[dict[str, Any]] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)
+_POOL_EXHAUSTED = "No connection available."
 
 
-def _resolve_settings(
-    config: Mapping[str, Any] | None,
-) -> tuple[float, str]:
-    """Return (default pool timeout, env password) from a SimpleBroker config."""
-    if config is None:
-        config = resolve_config()
-    busy = config.get("BUSY_TIMEOUT", _DEFAULT_BUSY_TIMEOUT_MS)
-    return float(busy) / 1000.0, str(config.get("BACKEND_PASSWORD") or "")
+def register_scripts(client: Any) -> dict[ScriptName, Any]:
+    """Register every script with ``client`` (no round trip; EVALSHA on first use)."""
+    return {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
 
 
-class RedisRunner:
-    """Process-local owner of a Redis connection pool for one namespace.
+class RunnerBase:
+    """Options, connection settings, keys and the failure rule of both runners.
 
     Args:
         target: ``redis://``, ``rediss://`` or ``unix://`` URL (with db number).
-        namespace: Namespace whose keys this runner addresses.
-        max_connections: Pool size; callers wait for a free connection.
-        pool_timeout: Seconds to wait for a free connection before raising
-            ``OperationalError`` (default ``BROKER_BUSY_TIMEOUT / 1000``).
-        stale_batch_seconds: Lease of at-least-once batches (negative: never
-            recovered).
-        config: SimpleBroker config (for the busy timeout and
-            ``BROKER_BACKEND_PASSWORD``); the environment when omitted.
+        options: Validated backend options; or pass them as keywords
+            (``namespace=``, ``max_connections=``, ``pool_timeout=``,
+            ``stale_batch_seconds=``), defaults in :mod:`.options`.
+        config: SimpleBroker config (busy timeout, ``BROKER_BACKEND_PASSWORD``);
+            the environment when omitted.
 
     """
+
+    #: The ``redis`` backend plugin (SimpleBroker's ``BackendAwareRunner``
+    #: contract). A back-pointer assigned once by :mod:`.plugin`, so this
+    #: lower layer never imports the plugin.
+    backend_plugin: ClassVar[BackendPlugin]
 
     def __init__(
         self,
         target: str,
+        options: BackendOptions | None = None,
         *,
-        namespace: str = DEFAULT_NAMESPACE,
-        max_connections: int = 50,
-        pool_timeout: float | None = None,
-        stale_batch_seconds: float = 300.0,
         config: Mapping[str, Any] | None = None,
+        **option_kwargs: Unpack[OptionKwargs],
     ) -> None:
-        self.options = BackendOptions.parse(
-            {
-                "namespace": namespace,
-                "max_connections": max_connections,
-                "stale_batch_seconds": stale_batch_seconds,
-                **({} if pool_timeout is None else {"pool_timeout": pool_timeout}),
-            }
+        if options is None:
+            options = BackendOptions.parse(option_kwargs)
+        elif option_kwargs:
+            raise TypeError("pass options or option keywords, not both")
+        self.options = options
+        self.config = config
+        self.connections = Connections(target, options, config)
+        self.target = self.connections.target
+        self.pool_timeout = self.connections.pool_timeout
+        self.keys = Keyspace.for_namespace(options.namespace)
+        self.where = f"{self.connections.redacted} namespace={options.namespace!r}"
+        self._fixed_keys = list(self.keys.fixed_keys)
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Set up the subclass's own state (pools, caches); called by ``__init__``."""
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}({self.connections.redacted!r}, namespace={self.keys.namespace!r})"
+
+    @property
+    def identity(self) -> tuple[str, str | None, str]:
+        """Return what makes two runners address the same namespace."""
+        return (*self.connections.identity, self.options.namespace)
+
+    @property
+    def broker_target(self) -> BrokerTarget:
+        """Return the SimpleBroker target this runner addresses.
+
+        Pass it with the runner, ``Queue(name, db_path=runner.broker_target,
+        runner=runner)``, so SimpleBroker does not look for a project file.
+        """
+        return BrokerTarget(
+            backend_name="redis", target=self.target, backend_options=self.options.to_dict()
         )
-        self.target = normalize_target(target)
-        default_timeout, env_password = _resolve_settings(config)
-        self.pool_timeout = (
-            default_timeout if self.options.pool_timeout is None else self.options.pool_timeout
-        )
-        self._password = None if target_has_password(self.target) else (env_password or None)
-        self.keys = Keyspace.for_namespace(self.options.namespace)
-        self.where = f"{redact_target(self.target)} namespace={self.options.namespace!r}"
+
+    def _operation(
+        self, call: Call[Any], scripts: Mapping[ScriptName, Any]
+    ) -> Callable[[Any], Any]:
+        """Return ``call`` as a function of a client (sync or asyncio alike)."""
+        if call.command is not None:
+            return call.command
+        assert call.script is not None, "a Call names a script or a command"
+        script = scripts[call.script]
+        keys = [*self._fixed_keys, *call.extra_keys] if call.extra_keys else self._fixed_keys
+        args = [self.keys.wake_prefix, *call.args]
+        return lambda client: script(keys=keys, args=args, client=client)
+
+    def _attempt(self, call: Call[Any]) -> Attempt:
+        return Attempt(self.where, call)
+
+
+class Attempt:
+    """The failure rule around the attempts of one call (a context manager).
+
+    ``with attempt:`` around one try; on a redis-py error it raises the
+    translated exception, unless ``call`` may be repeated: once after a
+    connection error when it is idempotent, once after the namespace was
+    found missing (then :attr:`reinitialize` is set and the caller
+    initializes the namespace before trying again).
+    """
+
+    __slots__ = ("call", "count", "reinitialize", "where")
+
+    def __init__(self, where: str, call: Call[Any]) -> None:
+        self.where = where
+        self.call = call
+        self.count = 0
+        self.reinitialize = False
+
+    def __enter__(self) -> None:
+        self.reinitialize = False
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        if not isinstance(exc, redis.RedisError):
+            return False
+        self.count += 1
+        error = translate(exc, self.where)
+        if self.count == 1:
+            if isinstance(error, NamespaceMissing) and self.call.script != "init":
+                self.reinitialize = True
+                return True
+            if (
+                self.call.idempotent
+                and isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+                and str(exc) != _POOL_EXHAUSTED
+            ):
+                return True
+        raise error from exc
+
+
+class RedisRunner(RunnerBase):
+    """Process-local owner of a Redis connection pool for one namespace.
+
+    See :class:`RunnerBase` for the arguments. Thread-safe; fork-safe.
+    """
+
+    def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._client: redis.Redis | None = None
-        self._scripts: Scripts | None = None
+        self._scripts: dict[ScriptName, Any] = {}
         self._initialized = False
         self._closed = False
         self._clock: HighWaterClock | None = None
         self._schedules: dict[int, MaintenanceSchedule] = {}
         self.maintenance_lock = threading.Lock()
         self.maintenance_due = False  #: the next write/claim carries maintenance
-
-    def __repr__(self) -> str:
-        return f"RedisRunner({redact_target(self.target)!r}, namespace={self.options.namespace!r})"
-
-    @property
-    def backend_plugin(self) -> _BackendPlugin:
-        """Return the redis backend plugin (SimpleBroker's BackendAwareRunner)."""
-        from .plugin import redis_backend_plugin
-
-        return cast("_BackendPlugin", redis_backend_plugin)
 
     @property
     def clock(self) -> HighWaterClock:
@@ -137,12 +199,14 @@ class RedisRunner:
         """
         clock = self._clock
         if clock is None:
-            from .plugin import redis_backend_plugin
-
             # SimpleBroker's generator reads/advances last_ts through the
             # plugin's read_last_ts/advance_last_ts hooks with this runner.
-            clock = HighWaterClock(self, backend_plugin=redis_backend_plugin)  # type: ignore[arg-type]
-            self._clock = clock
+            # SimpleBroker types the runner as its SQLRunner protocol, which
+            # a direct backend's runner does not implement (never used as SQL).
+            clock = self._clock = HighWaterClock(
+                self,  # type: ignore[arg-type]
+                backend_plugin=self.backend_plugin,
+            )
         return clock
 
     def maintenance_schedule(self, interval: int) -> MaintenanceSchedule:
@@ -153,35 +217,11 @@ class RedisRunner:
                 schedule = self._schedules[interval] = MaintenanceSchedule(interval)
             return schedule
 
-    @property
-    def identity(self) -> tuple[str, str | None, str]:
-        """Return what makes two runners address the same namespace."""
-        return (self.target, self._password, self.options.namespace)
-
-    @property
-    def fixed_keys(self) -> list[str]:
-        """Return the KEYS list every script receives."""
-        return list(self.keys.fixed_keys)
-
-    def connection_kwargs(self) -> dict[str, Any]:
-        """Return redis-py connection options shared by sync and async pools."""
-        kwargs: dict[str, Any] = {
-            "decode_responses": True,
-            "socket_connect_timeout": CONNECT_TIMEOUT,
-            "socket_timeout": COMMAND_TIMEOUT,
-            "retry": Retry(NoBackoff(), 0),
-            "client_name": f"simplebroker-redis:{os.getpid()}",
-            **_NO_SETINFO,
-        }
-        if self._password is not None:
-            kwargs["password"] = self._password
-        return kwargs
-
-    def _ensure_client(self) -> tuple[redis.Redis, Scripts]:
+    def _ensure_client(self) -> redis.Redis:
         pid = os.getpid()
-        client, scripts = self._client, self._scripts
-        if client is not None and scripts is not None and pid == self._pid:
-            return client, scripts
+        client = self._client
+        if client is not None and pid == self._pid:
+            return client
         if pid != self._pid:
             # Forked child: drop the parent's pool and lock without touching
             # its sockets (redis-py only shuts sockets down in their own pid).
@@ -189,76 +229,48 @@ class RedisRunner:
             self.maintenance_lock = threading.Lock()
             self._pid = pid
             self._client = None
-            self._scripts = None
             self._initialized = False
         with self._lock:
             if self._closed:
                 raise OperationalError(f"RedisRunner for {self.where} is closed")
-            if self._client is None or self._scripts is None:
-                pool = redis.BlockingConnectionPool.from_url(
-                    self.target,
-                    max_connections=self.options.max_connections,
-                    timeout=self.pool_timeout,
-                    **self.connection_kwargs(),
-                )
-                self._client = redis.Redis(connection_pool=pool)
-                self._scripts = Scripts.register(self._client)
-            return self._client, self._scripts
+            if self._client is None:
+                client = self.connections.client()
+                self._scripts = register_scripts(client)
+                self._client = client
+            return self._client
 
     @property
     def client(self) -> redis.Redis:
         """Return this process's client (created on first use)."""
-        return self._ensure_client()[0]
+        return self._ensure_client()
 
     @property
-    def scripts(self) -> Scripts:
-        """Return this process's registered scripts."""
-        return self._ensure_client()[1]
+    def scripts(self) -> Mapping[ScriptName, Any]:
+        """Return this process's registered scripts (redis-py ``Script`` objects)."""
+        self._ensure_client()
+        return self._scripts
 
-    def execute(self, operation: Callable[[redis.Redis], T], *, idempotent: bool = False) -> T:
-        """Run ``operation(client)``, translating errors at this one boundary.
+    def run(self, call: Call[R]) -> R:
+        """Run ``call`` (one round trip) and return its parsed reply."""
+        client = self._ensure_client()
+        operation, attempt = self._operation(call, self._scripts), self._attempt(call)
+        while True:
+            with attempt:
+                return call.parse(operation(client))
+            if attempt.reinitialize:
+                self.mark_initialized(False)
+                self.ensure_initialized()
 
-        ``idempotent`` operations are retried once after a connection error.
-        """
-        attempts = 2 if idempotent else 1
-        for attempt in range(attempts):
-            try:
-                return operation(self.client)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if attempt + 1 < attempts and str(exc) != "No connection available.":
-                    continue
-                raise translate(exc, self.where) from exc
-            except redis.RedisError as exc:
-                raise translate(exc, self.where) from exc
-        raise AssertionError("unreachable")
-
-    def call(self, script: ScriptName, args: Sequence[object], *, idempotent: bool = False) -> Any:
-        """Run the named script with the namespace KEYS and ``args``.
-
-        An uninitialized namespace (for example cleaned up by another
-        process) is initialized again and the script retried once: scripts
-        validate before they write, so the retry cannot double-apply.
-        """
-        argv = [self.keys.wake_prefix, *args]
-        keys = self.fixed_keys
-
-        def run(client: redis.Redis) -> Any:
-            return getattr(self.scripts, script)(keys=keys, args=argv, client=client)
-
-        try:
-            return self.execute(run, idempotent=idempotent)
-        except NamespaceMissing:
-            self._initialized = False
-            self.ensure_initialized()
-            return self.execute(run, idempotent=idempotent)
+    def execute(self, operation: Callable[[redis.Redis], R], *, idempotent: bool = False) -> R:
+        """Run plain commands ``operation(client)`` under the same failure rule."""
+        result: R = self.run(Call(_same, command=operation, idempotent=idempotent))
+        return result
 
     def ensure_initialized(self) -> None:
         """Create or validate the namespace once per process (1 round trip)."""
         if self._initialized and self._pid == os.getpid():
             return
-        argv = [self.keys.wake_prefix, "init"]
-        keys = self.fixed_keys
-        self.execute(lambda client: self.scripts.init(keys=keys, args=argv, client=client))
+        self.run(init_call("init"))
         self._initialized = True
 
     @property
@@ -275,7 +287,7 @@ class RedisRunner:
     def close(self) -> None:
         """Disconnect this process's pool; the runner reconnects on next use."""
         with self._lock:
-            client, self._client, self._scripts = self._client, None, None
+            client, self._client = self._client, None
         if client is not None and self._pid == os.getpid():
             client.connection_pool.disconnect()
 
@@ -283,6 +295,10 @@ class RedisRunner:
         """Close the pool for good; later use raises ``OperationalError``."""
         self.close()
         self._closed = True
+
+
+def _same(value: R) -> R:
+    return value
 
 
 _SHARED: dict[tuple[Any, ...], RedisRunner] = {}
@@ -300,34 +316,18 @@ def shared_runner(
     operations) borrow these runners, so an operation does not pay for a new
     pool, connection and namespace check each time.
     """
-    default_timeout, env_password = _resolve_settings(config)
-    key = (
-        os.getpid(),
-        normalize_target(target),
-        options,
-        default_timeout,
-        env_password,
-    )
+    key = (os.getpid(), target, options, *config_settings(config))
     with _SHARED_LOCK:
         runner = _SHARED.get(key)
         if runner is None:
-            runner = RedisRunner(
-                target,
-                namespace=options.namespace,
-                max_connections=options.max_connections,
-                pool_timeout=options.pool_timeout,
-                stale_batch_seconds=options.stale_batch_seconds,
-                config=config,
-            )
-            _SHARED[key] = runner
+            runner = _SHARED[key] = RedisRunner(target, options, config=config)
         return runner
 
 
 def forget_shared_runners(namespace: str | None = None) -> None:
-    """Drop cached runners (all, or those of ``namespace``) after cleanup."""
+    """Forget that shared runners (all, or those of ``namespace``) are initialized."""
     with _SHARED_LOCK:
-        for key in list(_SHARED):
-            runner = _SHARED[key]
+        for runner in _SHARED.values():
             if namespace is None or runner.options.namespace == namespace:
                 runner.mark_initialized(False)
 

@@ -1,7 +1,7 @@
 """Static check: every key a Lua script touches comes from ``KEYS``.
 
 A tiny, scope-aware data-flow analysis over the scripts exactly as the
-server runs them (``lua/_lib.lua`` + one operation file). An expression is
+server runs them (prelude, declared ``lua/lib`` modules, operation file). An expression is
 *key-safe* when it is a ``K_*`` name or ``KEYS[...]``, or a variable whose
 every binding is key-safe: a local assignment, a ``for ... in ipairs(t)``
 over a key-safe table, or a function parameter whose every call site passes

@@ -263,9 +263,10 @@ def _token_violations(
 
 
 def backend_connections(raw: redis.Redis, pid: int | None = None) -> list[dict[str, Any]]:
-    """Return CLIENT LIST entries of this process's backend connections."""
-    name = f"simplebroker-redis:{os.getpid() if pid is None else pid}"
-    return [client for client in raw.client_list() if client.get("name") == name]
+    """Return CLIENT LIST entries of this process's backend connections (Pub/Sub included)."""
+    owner = os.getpid() if pid is None else pid
+    names = {f"simplebroker-redis:{owner}", f"simplebroker-redis-wake:{owner}"}
+    return [client for client in raw.client_list() if client.get("name") in names]
 
 
 def wait_until(

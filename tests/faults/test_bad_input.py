@@ -36,7 +36,7 @@ from simplebroker.ext import (
 from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
-from simplebroker_redis.target import cleanup
+from simplebroker_redis.namespace import cleanup
 
 from .support import check_invariants, snapshot
 

@@ -33,7 +33,7 @@ from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
-from simplebroker_redis.target import cleanup
+from simplebroker_redis.namespace import cleanup
 
 from .support import backend_connections, canonical, check_invariants, snapshot, wait_until
 

@@ -35,7 +35,7 @@ from simplebroker import resolve_config
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
-from simplebroker_redis.target import cleanup
+from simplebroker_redis.namespace import cleanup
 
 from .support import backend_connections, check_invariants, wait_until
 

@@ -27,7 +27,7 @@ LUA_DIR = Path(__file__).resolve().parents[2] / "src" / "simplebroker_redis" / "
 
 
 def test_every_lua_file_is_a_registered_script():
-    files = {path.stem for path in LUA_DIR.glob("*.lua")} - {"_lib"}
+    files = {path.stem for path in LUA_DIR.glob("*.lua")}
     assert files == set(SCRIPT_NAMES)
 
 

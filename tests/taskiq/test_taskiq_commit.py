@@ -10,6 +10,7 @@ import pytest
 
 from helpers import record_scripts
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.calls import Call
 from taskiq_simplebroker.commit import Committer, ResultWrite
 
 
@@ -84,12 +85,11 @@ async def test_an_invalid_commit_is_refused_before_anything_is_written(arunner, 
     ]
     for args in bad:
         with pytest.raises(ValueError):
-            await arunner.call("commit", args, extra_keys=[key])
+            await arunner.run(Call(list, "commit", tuple(args), extra_keys=(key,)))
         assert raw.exists(key) == 0
     # The reservation is untouched: the same commit with good arguments settles it.
-    reply = await arunner.call(
-        "commit", [1, "v", "", lease.token, "delete", "", 1, id_arg], extra_keys=[key]
-    )
+    good = (1, "v", "", lease.token, "delete", "", 1, id_arg)
+    reply = await arunner.run(Call(list, "commit", good, extra_keys=(key,)))
     assert [int(n) for n in reply] == [1, 0]
     assert raw.get(key) == "v"
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from simplebroker_redis import calls
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.leases import id_args
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 
@@ -143,12 +143,12 @@ class Committer:
     async def _commit(self, writes: list[ResultWrite], settles: Settles) -> None:
         if not writes and not settles:
             return
-        keys, args = _commit_args(writes, settles)
+        call = _commit_call(writes, settles)
         deadline = time.monotonic() + self._retry_seconds
         delay = BACKOFF_MIN
         while True:
             try:
-                reply = await self._runner.call("commit", args, extra_keys=keys)
+                reply = await self._runner.run(call)
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     logger.error(
@@ -162,7 +162,7 @@ class Committer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
-            lost = sum(int(n) for n in reply[1::2])
+            lost = sum(settlement.lost for settlement in reply)
             if lost > 0:
                 logger.warning(
                     "%d task(s) finished after their lease was lost; they may run again", lost
@@ -170,12 +170,11 @@ class Committer:
             return
 
 
-def _commit_args(writes: list[ResultWrite], settles: Settles) -> tuple[list[str], list[object]]:
-    """Return the result keys and ARGV of one ``commit`` script."""
-    keys = [write.key for write in writes]
-    args: list[object] = [len(writes)]
-    for write in writes:
-        args += (write.value, "" if write.px is None else write.px)
-    for (token, target), ids in settles.items():
-        args += (token, "move" if target else "delete", target, len(ids), *id_args(ids))
-    return keys, args
+def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[list[calls.Settlement]]:
+    """Return the ``commit`` script call storing ``writes`` and settling ``settles``."""
+    values = [calls.ValueWrite(write.key, write.value, write.px) for write in writes]
+    groups = [
+        calls.SettleGroup(token, "move" if target else "delete", target, tuple(ids))
+        for (token, target), ids in settles.items()
+    ]
+    return calls.commit(values, groups)

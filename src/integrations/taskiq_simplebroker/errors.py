@@ -9,15 +9,22 @@ loops which of them a later attempt can fix.
 
 from __future__ import annotations
 
-from typing import Final
-
 import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
 from taskiq.exceptions import ResultGetError, TaskiqError
 
-#: Backoff bounds (seconds) of every retry loop after a transient failure.
-BACKOFF_MIN: Final[float] = 0.1
-BACKOFF_MAX: Final[float] = 5.0
+# The backend's reconnect backoff bounds serve every retry loop here too.
+from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
+
+__all__ = [
+    "BACKOFF_MAX",
+    "BACKOFF_MIN",
+    "ConfigurationError",
+    "ResultIsMissingError",
+    "ScheduleError",
+    "SimpleBrokerTaskiqError",
+    "is_transient",
+]
 
 
 class SimpleBrokerTaskiqError(TaskiqError, BrokerError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import warnings
 
+from .. import calls
 from .._sbcompat import alias_shadow_warning, resolve_queue_operand
 from ..validation import validate_queue_name
 from ._base import CoreBase
@@ -57,8 +58,8 @@ class AliasesMixin(CoreBase):
             raise ValueError("Alias target cannot be empty")
         validate_queue_name(name)
         validate_queue_name(target)
-        shadows = bool(self._call("probe", "exists", name, "", idempotent=True))
-        self._call("alias_add", name, target, time.time_ns())
+        shadows = self._run(calls.probe_exists(name))
+        self._run(calls.alias_add(name, target, time.time_ns()))
         if shadows and not alias_shadow_warning.suppressed():
             warnings.warn(
                 f"Queue '{name}' already exists with messages. The alias @{name} "
@@ -71,4 +72,4 @@ class AliasesMixin(CoreBase):
     def remove_alias(self, name: str) -> None:
         """Remove alias ``name`` (messages stay in the canonical queue)."""
         self._guard("remove_alias")
-        self._call("alias_remove", name, time.time_ns())
+        self._run(calls.alias_remove(name, time.time_ns()))

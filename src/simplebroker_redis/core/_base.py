@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from simplebroker import resolve_config
 
 if TYPE_CHECKING:
     from simplebroker._constants import Config
 
+from .. import calls
 from .._sbcompat import VACUUM_CLAIMED_ABSOLUTE_LIMIT
+from ..calls import Call
 from ..runner import RedisRunner
-from ..scripts import ScriptName
 from ..validation import validate_message
+
+R = TypeVar("R")
 
 _VACUUM_SCRIPT_BATCH: Final[int] = 10_000
 
@@ -32,8 +35,6 @@ class CoreBase:
     ) -> None:
         self._config = resolve_config(config=cast("Config | None", config))
         self._max_message_size = int(self._config["MAX_MESSAGE_SIZE"])
-        from ..plugin import redis_backend_plugin
-
         self._runner = runner
         self._owns_runner = owns_runner
         self._stop_event = stop_event or threading.Event()
@@ -45,7 +46,7 @@ class CoreBase:
         self._maintenance = runner.maintenance_schedule(int(self._config["AUTO_VACUUM_INTERVAL"]))
         self._ts_conflict_count = 0
         self._ts_resync_count = 0
-        self._backend_plugin = redis_backend_plugin
+        self._backend_plugin = runner.backend_plugin
         # thread id -> generator kind, while that thread yields an open batch
         self._open_batches: dict[int, str] = {}
         runner.ensure_initialized()
@@ -93,8 +94,19 @@ class CoreBase:
         """Return the full name of the namespace's fixed key ``name``."""
         return self._runner.keys.prefix + name
 
-    def _call(self, script: ScriptName, *args: object, idempotent: bool = False) -> Any:
-        return self._runner.call(script, args, idempotent=idempotent)
+    def _run(self, call: Call[R]) -> R:
+        return self._runner.run(call)
+
+    def _queue_names(self, lex_range: tuple[str, str] | None = None) -> list[str]:
+        """Return the registered queue names (all, or those in a lex range), sorted."""
+        key = self._runner.keys.queues
+
+        def fetch(client: Any) -> list[str]:
+            if lex_range is None:
+                return [str(name) for name in client.zrange(key, 0, -1)]
+            return [str(name) for name in client.zrange(key, *lex_range, bylex=True)]
+
+        return self._runner.execute(fetch, idempotent=True)
 
     def _guard(self, operation: str) -> None:
         """Refuse a mutation from inside this core's own open at-least-once batch.
@@ -146,6 +158,6 @@ class CoreBase:
     def _vacuum_claimed(self) -> None:
         batch = max(1, min(int(self._config["VACUUM_BATCH_SIZE"]), _VACUUM_SCRIPT_BATCH))
         while True:
-            removed, left = self._call("vacuum", batch)
-            if int(removed) == 0 or int(left) == 0:
+            removed, left = self._run(calls.vacuum(batch))
+            if removed == 0 or left == 0:
                 return

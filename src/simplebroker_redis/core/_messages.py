@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatchcase
-from typing import Any, Final
+from typing import Literal, TypeVar
 
 from simplebroker.ext import validate_keep_newest
 
+from .. import calls
 from .._sbcompat import normalize_insert_records
+from ..calls import Call
 from ..errors import ScriptConflict
-from ..keys import format_id
+from ..retry import ConflictBackoff
 from ..validation import validate_queue_name
 from ._base import CoreBase
 
-#: Total time an ID allocation may keep meeting conflicts before failing.
-CONFLICT_BUDGET_SECONDS: Final[float] = 30.0
-
-#: Longest single backoff sleep between conflicting attempts.
-CONFLICT_MAX_SLEEP: Final[float] = 0.25
+R = TypeVar("R")
+BroadcastMode = Literal["all", "existing", "create"]
 
 
 class MessagesMixin(CoreBase):
@@ -29,7 +27,7 @@ class MessagesMixin(CoreBase):
     def generate_timestamp(self) -> int:
         """Allocate and durably record a new message ID without a message."""
         self._guard("generate_timestamp")
-        stamped = int(self._allocate(1, lambda candidates: self._call("stamp", candidates[0])))
+        stamped = self._allocate(1, lambda candidates: calls.stamp(candidates[0]))
         self._clock.observe(stamped)
         return stamped
 
@@ -48,36 +46,27 @@ class MessagesMixin(CoreBase):
         self._guard("advance_last_timestamp")
         return self._clock.advance_to_at_least(timestamp)
 
-    def _allocate(self, count: int, attempt: Callable[[list[str]], Any]) -> Any:
-        """Run ``attempt(candidates)`` until the script accepts the IDs.
+    def _allocate(self, count: int, build: Callable[[list[int]], Call[R]]) -> R:
+        """Run ``build(candidates)`` until the script accepts the IDs.
 
         A CLOCK conflict (logical counter exhausted at the durable high-water)
         refreshes the cached high-water and retries at once; the generator
         then waits for the clock, as SimpleBroker's does. An ID collision
-        backs off exponentially (capped at 250 ms) for up to 30 s. Both are
-        reported by the script before it writes anything; transport errors
-        propagate untouched because the server may already have committed.
+        backs off (see :class:`~simplebroker_redis.retry.ConflictBackoff`),
+        observing the stop event. Both are reported by the script before it
+        writes anything; transport errors propagate untouched because the
+        server may already have committed.
         """
-        deadline = time.monotonic() + CONFLICT_BUDGET_SECONDS
-        sleep = 0.001
-        conflicts = 0
+        backoff = ConflictBackoff(self._runner.where)
         while True:
-            candidates = [format_id(value) for value in self._clock.candidates(count)]
             try:
-                return attempt(candidates)
+                return self._run(build(self._clock.candidates(count)))
             except ScriptConflict as conflict:
-                conflicts += 1
                 self._ts_conflict_count += 1
-                self._clock.observe(int(conflict.detail.split()[0]))
-                if conflict.code == "CLOCK" and time.monotonic() < deadline:
-                    continue
-                if time.monotonic() >= deadline or self._stop_event.wait(sleep):
-                    raise RuntimeError(
-                        f"Failed to allocate a message ID after {conflicts} "
-                        f"conflicting attempts in {self._runner.where}; the "
-                        "durable high-water mark or stored IDs keep colliding"
-                    ) from conflict
-                sleep = min(sleep * 2, CONFLICT_MAX_SLEEP)
+                self._clock.observe(backoff.observed(conflict))
+                delay = backoff.after(conflict)
+                if delay and self._stop_event.wait(delay):
+                    raise backoff.stopped(conflict) from conflict
 
     def get_conflict_metrics(self) -> dict[str, int]:
         """Return how often ID allocation met a conflict, and high-water repairs."""
@@ -93,10 +82,10 @@ class MessagesMixin(CoreBase):
 
     def _resync_timestamp_generator(self) -> None:
         """Raise a high-water mark that fell below a stored ID (never lowers it)."""
-        old, new = self._call("resync")
-        if int(new) > int(old):
+        old, new = self._run(calls.resync())
+        if new > old:
             self._ts_resync_count += 1
-            self._clock.observe(int(new))
+            self._clock.observe(new)
 
     # -- writes ----------------------------------------------------------------
     def write(self, queue: str, message: str, *, keep_newest: int | None = None) -> int:
@@ -109,13 +98,15 @@ class MessagesMixin(CoreBase):
         validate_queue_name(queue)
         self._guard("write")
         self._validate_message(message)
-        committed = int(
-            self._allocate(
-                1,
-                lambda candidates: self._call(
-                    "write", queue, message, candidates[0], keep or 0, 0, self._maintenance_spec()
-                ),
-            )
+        committed = self._allocate(
+            1,
+            lambda candidates: calls.write(
+                queue,
+                message,
+                candidates[0],
+                keep_newest=keep or 0,
+                maintenance=self._maintenance_spec(),
+            ),
         )
         self._clock.observe(committed)
         self._record_activity(1)
@@ -131,13 +122,15 @@ class MessagesMixin(CoreBase):
         self._guard("write")
         self._validate_message(message)
         delay_us = max(0, round(float(delay_seconds) * 1_000_000))
-        committed = int(
-            self._allocate(
-                1,
-                lambda candidates: self._call(
-                    "write", queue, message, candidates[0], 0, delay_us, self._maintenance_spec()
-                ),
-            )
+        committed = self._allocate(
+            1,
+            lambda candidates: calls.write(
+                queue,
+                message,
+                candidates[0],
+                delay_us=delay_us,
+                maintenance=self._maintenance_spec(),
+            ),
         )
         self._clock.observe(committed)
         self._record_activity(1)
@@ -153,10 +146,7 @@ class MessagesMixin(CoreBase):
         )
         if not normalized or required is None:
             return
-        args: list[object] = [format_id(required)]
-        for queue, message, message_id in normalized:
-            args.extend((queue, format_id(message_id), message))
-        self._call("insert", *args)
+        self._run(calls.insert(required, normalized))
         self._clock.observe(required)
         self._record_activity(len(normalized))
 
@@ -180,10 +170,11 @@ class MessagesMixin(CoreBase):
         names = self._broadcast_names(pattern, queue_names, create_missing)
         if names == ():
             return 0
+        mode: BroadcastMode
         if names is not None:
             mode = "create" if create_missing else "existing"
         elif pattern:
-            names = tuple(q for q in self._registry_snapshot() if fnmatchcase(q, pattern))
+            names = tuple(q for q in self._queue_names() if fnmatchcase(q, pattern))
             if not names:
                 return 0
             mode = "create"
@@ -191,15 +182,12 @@ class MessagesMixin(CoreBase):
             mode = "all"
         result = self._allocate(
             len(names) if names else 1,
-            lambda candidates: self._call(
-                "broadcast", message, mode, len(candidates), *candidates, *(names or ())
-            ),
+            lambda candidates: calls.broadcast(message, mode, candidates, names or ()),
         )
-        count = int(result[0])
-        if count:
-            self._clock.observe(int(result[2]))
-            self._record_activity(count)
-        return count
+        if result.count:
+            self._clock.observe(result.last)
+            self._record_activity(result.count)
+        return result.count
 
     @staticmethod
     def _broadcast_names(
@@ -221,10 +209,3 @@ class MessagesMixin(CoreBase):
         for queue in names:
             validate_queue_name(queue)
         return names
-
-    def _registry_snapshot(self) -> list[str]:
-        keys = self._runner.keys
-        return self._runner.execute(
-            lambda client: [str(name) for name in client.zrange(keys.queues, 0, -1)],
-            idempotent=True,
-        )

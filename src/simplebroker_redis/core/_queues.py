@@ -11,6 +11,7 @@ from typing import Any
 from simplebroker.ext import SidecarSession, SidecarUnavailableError
 from simplebroker.metadata import QueueRenameResult, QueueStats
 
+from .. import calls
 from .._sbcompat import (
     BODY_SEARCH_DEFAULT_LIMIT,
     BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE,
@@ -19,8 +20,7 @@ from .._sbcompat import (
     validate_body_search_limit,
     validate_timestamp_bound,
 )
-from ..keys import format_id
-from ..validation import optional_id, validate_queue_name
+from ..validation import validate_queue_name
 from ._base import CoreBase
 
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -66,43 +66,26 @@ def _keep(name: str, prefix: str | None, pattern: str | None) -> bool:
 class QueuesMixin(CoreBase):
     """Operations on queues as a whole."""
 
-    def _stats(self, mode: str, *args: object) -> list[QueueStats]:
-        raw = self._call("stats", mode, *args, idempotent=True)
-        out = []
-        for i in range(0, len(raw), 3):
-            pending, claimed = int(raw[i + 1]), int(raw[i + 2])
-            out.append(QueueStats(raw[i], pending, claimed, pending + claimed))
-        return out
-
     def list_queues(self, *, prefix: str | None = None, pattern: str | None = None) -> list[str]:
         """Return sorted names of queues holding any message (claimed included)."""
-        bounds = _lex_range(prefix, pattern)
-        key = self._runner.keys.queues
-
-        def fetch(client: Any) -> list[str]:
-            if bounds is None:
-                return list(client.zrange(key, 0, -1))
-            return list(client.zrange(key, bounds[0], bounds[1], bylex=True))
-
-        names = self._runner.execute(fetch, idempotent=True)
+        names = self._queue_names(_lex_range(prefix, pattern))
         return [name for name in names if _keep(name, prefix, pattern)]
 
     def list_queue_stats(
         self, *, prefix: str | None = None, pattern: str | None = None
     ) -> list[QueueStats]:
         """Return stats of every listed queue (one round trip)."""
-        bounds = _lex_range(prefix, pattern)
-        stats = self._stats("all") if bounds is None else self._stats("range", *bounds)
+        stats = self._run(calls.stats(lex_range=_lex_range(prefix, pattern)))
         return [item for item in stats if _keep(item.queue, prefix, pattern)]
 
     def get_queue_stats(self) -> list[tuple[str, int, int]]:
         """Return (queue, pending, total) for every queue, sorted by name."""
-        return [(item.queue, item.pending, item.total) for item in self._stats("all")]
+        return [(item.queue, item.pending, item.total) for item in self._run(calls.stats())]
 
     def get_queue_stat(self, queue: str) -> QueueStats:
         """Return pending, claimed and total counts of one queue."""
         validate_queue_name(queue)
-        return self._stats("one", queue)[0]
+        return self._run(calls.stats(queue))[0]
 
     def get_overall_stats(self) -> tuple[int, int]:
         """Return (claimed, total) over every queue."""
@@ -148,7 +131,7 @@ class QueuesMixin(CoreBase):
     def queue_exists(self, queue: str) -> bool:
         """Return whether ``queue`` holds any message, claimed included."""
         validate_queue_name(queue)
-        return bool(self._call("probe", "exists", queue, "", idempotent=True))
+        return self._run(calls.probe_exists(queue))
 
     queue_exists_and_has_messages = queue_exists
 
@@ -156,13 +139,12 @@ class QueuesMixin(CoreBase):
         """Return whether ``queue`` has pending messages (above a bound)."""
         validate_queue_name(queue)
         after = validate_timestamp_bound("after_timestamp", after_timestamp)
-        return bool(self._call("probe", "pending", queue, optional_id(after), idempotent=True))
+        return self._run(calls.probe_pending(queue, after))
 
     def latest_pending_timestamp(self, queue: str) -> int | None:
         """Return the newest pending message ID of ``queue``, or None."""
         validate_queue_name(queue)
-        value = self._call("probe", "latest", queue, "", idempotent=True)
-        return int(value) if value else None
+        return self._run(calls.probe_latest(queue))
 
     def get_data_version(self) -> int | None:
         """Return None: Redis has no SQLite data_version (waiters use Pub/Sub)."""
@@ -195,15 +177,8 @@ class QueuesMixin(CoreBase):
         if queue is not None:
             validate_queue_name(queue)
         self._guard("delete")
-        if queue is not None:
-            return int(self._call("delete_queues", "", queue))
-        return sum(int(self._call("delete_queues", "", name)) for name in self._snapshot_queues())
-
-    def _snapshot_queues(self) -> list[str]:
-        key = self._runner.keys.queues
-        return self._runner.execute(
-            lambda client: [str(name) for name in client.zrange(key, 0, -1)], idempotent=True
-        )
+        names = [queue] if queue is not None else self._queue_names()
+        return sum(self._run(calls.delete_queues([name])) for name in names)
 
     def delete_message_ids(self, queue: str, message_ids: Sequence[int | str]) -> int:
         """Delete exact message IDs (pending or claimed) of one queue."""
@@ -211,8 +186,8 @@ class QueuesMixin(CoreBase):
         self._guard("delete_message_ids")
         if not message_ids:
             return 0
-        ids = dict.fromkeys(format_id(normalize_message_id(value)) for value in message_ids)
-        return int(self._call("delete_ids", queue, *ids))
+        ids = dict.fromkeys(normalize_message_id(value) for value in message_ids)
+        return self._run(calls.delete_ids(queue, ids))
 
     def delete_from_queues(
         self, queue_names: Sequence[str], *, before_timestamp: int | None = None
@@ -227,7 +202,7 @@ class QueuesMixin(CoreBase):
             validate_queue_name(queue)
         if not names:
             return 0
-        return int(self._call("delete_queues", optional_id(before), *names))
+        return self._run(calls.delete_queues(names, before))
 
     def find_message_ids(
         self,
@@ -250,22 +225,21 @@ class QueuesMixin(CoreBase):
         after = validate_timestamp_bound("after_timestamp", after_timestamp)
         before = validate_timestamp_bound("before_timestamp", before_timestamp)
         found: list[int] = []
-        cursor = optional_id(after)
+        cursor = after
         while len(found) < limit:
-            raw = self._call(
-                "find",
-                queue,
-                needle,
-                limit - len(found),
-                cursor,
-                optional_id(before),
-                "1" if include_claimed else "0",
-                BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE,
-                idempotent=True,
+            cursor, ids = self._run(
+                calls.find(
+                    queue,
+                    needle,
+                    wanted=limit - len(found),
+                    after=cursor,
+                    before=before,
+                    include_claimed=include_claimed,
+                    chunk=BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE,
+                )
             )
-            found.extend(int(value) for value in raw[1:])
-            cursor = raw[0]
-            if not cursor:
+            found.extend(ids)
+            if cursor is None:
                 break
         return found[:limit]
 
@@ -279,14 +253,16 @@ class QueuesMixin(CoreBase):
         if old_queue == new_queue:
             raise ValueError("Source and target queues cannot be the same")
         self._guard("rename_queue")
-        renamed, retargeted = self._call(
-            "rename", old_queue, new_queue, "1" if retarget_aliases else "0", time.time_ns()
+        renamed, retargeted = self._run(
+            calls.rename(
+                old_queue, new_queue, retarget_aliases=retarget_aliases, version=time.time_ns()
+            )
         )
         return QueueRenameResult(
             old_queue=old_queue,
             new_queue=new_queue,
-            messages_renamed=int(renamed),
-            aliases_retargeted=int(retargeted),
+            messages_renamed=renamed,
+            aliases_retargeted=retargeted,
         )
 
     def vacuum(self, *, compact: bool = False) -> None:
@@ -304,7 +280,7 @@ class QueuesMixin(CoreBase):
             validate_queue_name(queue)
         released = 0
         while True:
-            got, tokens, more = self._call("recover", queue or "", 256)
-            released += int(got)
-            if not int(more) or not int(tokens):
+            recovery = self._run(calls.recover(queue, max_tokens=256))
+            released += recovery.released
+            if not recovery.more or not recovery.tokens:
                 return released

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 from simplebroker.ext import validate_delivery_guarantee
 
+from .. import calls
 from .._sbcompat import (
     PEEK_BATCH_SIZE,
     normalize_message_id,
     validate_selection_order,
     validate_timestamp_bound,
 )
-from ..validation import optional_id, validate_queue_name
+from ..calls import Row, TakeMode
+from ..validation import validate_queue_name
 from ._batches import BatchesMixin
-
-Row = tuple[str, int]
-
-
-def _rows(raw: list[Any]) -> list[Row]:
-    return [(raw[i + 1], int(raw[i])) for i in range(0, len(raw), 2)]
 
 
 def _shape(rows: list[Row], with_timestamps: bool) -> list[Row] | list[str]:
@@ -39,7 +35,7 @@ class RetrievalMixin(BatchesMixin):
     def _take(
         self,
         queue: str,
-        op: Literal["claim", "move"],
+        op: TakeMode,
         *,
         target: str = "",
         limit: int = 1,
@@ -57,20 +53,20 @@ class RetrievalMixin(BatchesMixin):
         after = validate_timestamp_bound("after_timestamp", after)
         before = validate_timestamp_bound("before_timestamp", before)
         order = validate_selection_order(order)
-        raw = self._call(
-            "claim",
-            queue,
-            op,
-            target,
-            limit,
-            order,
-            optional_id(after),
-            optional_id(before),
-            optional_id(exact_id),
-            "1" if with_claimed else "0",
-            self._maintenance_spec(),
+        rows = self._run(
+            calls.claim(
+                queue,
+                op,
+                target=target,
+                limit=limit,
+                order=order,
+                after=after,
+                before=before,
+                exact=exact_id,
+                with_claimed=with_claimed,
+                maintenance=self._maintenance_spec(),
+            )
         )
-        rows = _rows(raw)
         self._record_activity(len(rows))
         return rows
 
@@ -90,18 +86,17 @@ class RetrievalMixin(BatchesMixin):
         after = validate_timestamp_bound("after_timestamp", after)
         before = validate_timestamp_bound("before_timestamp", before)
         order = validate_selection_order(order)
-        raw = self._call(
-            "peek",
-            queue,
-            limit,
-            order,
-            optional_id(after),
-            optional_id(before),
-            optional_id(exact_id),
-            "1" if include_claimed else "0",
-            idempotent=True,
+        return self._run(
+            calls.peek(
+                queue,
+                limit=limit,
+                order=order,
+                after=after,
+                before=before,
+                exact=exact_id,
+                include_claimed=include_claimed,
+            )
         )
-        return _rows(raw)
 
     # -- claim ---------------------------------------------------------------
     def claim_one(

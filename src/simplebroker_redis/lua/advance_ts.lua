@@ -1,5 +1,6 @@
 -- advance_ts.lua: monotone compare-and-advance of the durable high-water mark.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, ids
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 new last_ts (19 digits).
 -- Returns: 1 when last_ts was raised to ARGV[2], 0 when it was already >= it.
 check_ns({})

@@ -1,7 +1,8 @@
 -- alias_add.lua: add an alias after validating the live alias map, and
 -- publish the new alias version, in one step. Aliases stay flat: an alias may
 -- not target an alias, and an alias target may not become an alias.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 alias, 3 target, 4 new alias version.
 -- Returns: 1.
 -- Raises (before any write): ALIAS with the reason.

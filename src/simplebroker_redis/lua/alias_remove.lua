@@ -1,6 +1,7 @@
 -- alias_remove.lua: remove an alias (if present) and publish a new alias
 -- version. Messages are untouched.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 alias, 3 new alias version.
 -- Returns: 1 when the alias existed, else 0.
 check_ns({K_ALIASES})

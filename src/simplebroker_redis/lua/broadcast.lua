@@ -1,6 +1,7 @@
 -- broadcast.lua: select target queues and insert one copy of a message into
 -- each, in one non-interleaved step.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, ids
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 body, 3 mode: 'all' (every queue in the registry
 --       now), 'existing' (the given names that are registered now), 'create'
 --       (all given names, creating missing queues); 4 n = number of candidate

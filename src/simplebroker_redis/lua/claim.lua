@@ -1,12 +1,13 @@
 -- claim.lua: exactly-once claim (pending -> claimed) or move (-> target queue)
 -- of up to `limit` messages of one queue, in one step.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk, upkeep
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 op ('claim'|'move'), 4 target ('' unless
 --       move), 5 limit, 6 order ('oldest'|'newest'), 7 after ('' or 19
 --       digits, exclusive), 8 before ('' or 19 digits, exclusive), 9 exact
 --       ('' or 19 digits; overrides the bounds), 10 '1' to let a move select
 --       claimed messages too (they stay claimed in the target), 11 maintenance
---       spec ('' when not due; see maintain() in _lib.lua).
+--       spec ('' when not due; see maintain() in lib/upkeep.lua).
 -- Returns: flat {id1, body1, id2, body2, ...} in selection order.
 -- Side effect first: upkeep() releases expired reservations and promotes due
 -- delayed messages (each a complete transition of its own).
@@ -60,9 +61,4 @@ else
 end
 
 maintain(ARGV[11])
-local out = {}
-for i, member in ipairs(members) do
-  out[#out + 1] = mid(member)
-  out[#out + 1] = bodies[i]
-end
-return out
+return id_body_pairs(members, bodies)

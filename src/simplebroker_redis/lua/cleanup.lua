@@ -1,5 +1,6 @@
 -- cleanup.lua: delete every fixed key of the namespace (destructive).
--- KEYS: fixed keys (see _lib.lua).
+-- uses: (nothing but the prelude)
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix.
 -- Returns: number of keys that existed and were deleted. Dynamic keys
 -- (Taskiq results and progress) are removed by the caller with SCAN.

@@ -1,6 +1,8 @@
 -- commit.lua: store task results and settle reservations in one step: the
 -- group commit of a Taskiq worker (taskiq_simplebroker/commit.py).
--- KEYS: fixed keys (see _lib.lua), then one key per result to store.
+-- uses: guard, reservations
+-- KEYS: the namespace's fixed keys (K_* names in the prelude), then one key
+--       per result to store.
 -- ARGV: 1 wake prefix, 2 number of results R, then R pairs (value, expiry
 --       in ms or '' to keep), then settlements: token, mode ('claim',
 --       'delete' or 'move'), target ('' = the token's recorded target),
@@ -13,8 +15,7 @@
 check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_CLAIMED, K_BODIES, K_DELIVERIES,
   K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local results = tonumber(ARGV[2])
-local first_key = #KEYS - results + 1
-if not results or results < 0 or first_key < 16 then fail('ARG', 'result count') end
+if not results or results < 0 or #KEYS - results ~= FIXED_KEYS then fail('ARG', 'result count') end
 
 -- Validate the expiries and every settlement before the first write.
 for i = 0, results - 1 do
@@ -26,7 +27,7 @@ local at = 3 + 2 * results
 while at <= #ARGV do
   local token, mode, target, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   if not n or n < 0 or at + 3 + n > #ARGV then fail('ARG', 'settlement of ' .. token) end
-  if mode ~= 'claim' and mode ~= 'delete' and mode ~= 'move' then fail('ARG', 'mode ' .. mode) end
+  check_mode(mode)
   -- A damaged reservation record must not hold back the other tasks of the
   -- batch: its IDs are reported lost, and recovery deals with the token.
   local readable, record = pcall(read_record, token)
@@ -41,9 +42,9 @@ end
 for i = 0, results - 1 do
   local value, px = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
   if px == '' then
-    redis.call('SET', KEYS[first_key + i], value)
+    redis.call('SET', KEYS[FIXED_KEYS + 1 + i], value)
   else
-    redis.call('SET', KEYS[first_key + i], value, 'PX', px)
+    redis.call('SET', KEYS[FIXED_KEYS + 1 + i], value, 'PX', px)
   end
 end
 

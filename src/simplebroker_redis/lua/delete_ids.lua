@@ -1,6 +1,7 @@
 -- delete_ids.lua: physically delete exact message IDs from one queue.
 -- Missing IDs and IDs of other queues are ignored.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, upkeep
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3.. 19-digit ids.
 -- Returns: number of messages deleted.
 -- Raises (before any write): RESERVED when one of the IDs is reserved.

@@ -1,6 +1,7 @@
 -- delete_queues.lua: physically delete messages (any state but reserved) of
 -- the given queues, optionally only IDs below a bound, all or nothing.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, upkeep
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 before ('' = every ID, else 19 digits, exclusive),
 --       3.. queue names.
 -- Returns: number of messages deleted.

@@ -1,6 +1,7 @@
 -- find.lua: literal body-substring search over one queue, in ID order, one
 -- bounded chunk per call so a large queue never blocks the server.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 needle, 4 ids still wanted, 5 after ('' or
 --       19 digits, exclusive; the resume cursor), 6 before, 7 '1' to include
 --       claimed messages, 8 chunk size.

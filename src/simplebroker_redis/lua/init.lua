@@ -1,18 +1,19 @@
 -- init.lua: create the namespace meta record, or confirm an existing one.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 mode: 'init' creates meta when absent, 'check' only
 --       validates.
 -- Returns: 'created' (init made meta), 'ready' (valid meta), or 'absent'
 --          ('check' on an empty namespace).
 -- Raises: FOREIGN when meta is missing but message keys exist, or meta
 --         belongs to something else; SCHEMA; WRONGTYPE for any fixed key.
---         (KEYS[15], Taskiq schedules, may exist before the namespace does.)
+--         (The schedules hash may exist before the namespace does.)
 local mode = ARGV[2]
 local kind = redis.call('TYPE', K_META)['ok']
 if kind == 'none' then
-  for i = 2, 14 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      fail('FOREIGN', 'namespace holds ' .. KEYS[i] .. ' but has no meta record')
+  for _, key in ipairs(MESSAGE_KEYS) do
+    if redis.call('EXISTS', key) == 1 then
+      fail('FOREIGN', 'namespace holds ' .. key .. ' but has no meta record')
     end
   end
   if mode ~= 'init' then return 'absent' end
@@ -20,7 +21,5 @@ if kind == 'none' then
     'last_ts', ZERO_ID, 'alias_version', '0')
   return 'created'
 end
-local all = {}
-for i = 2, #KEYS do all[#all + 1] = KEYS[i] end
-check_ns(all)
+check_ns(OTHER_KEYS)
 return 'ready'

@@ -1,6 +1,7 @@
 -- insert.lua: insert pending messages with exact, caller-supplied IDs and
 -- raise the high-water mark above them, all or nothing.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, ids
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 required last_ts (19 digits), then triples
 --       (queue, 19-digit id, body) from ARGV[3].
 -- Returns: number of messages inserted.

@@ -1,7 +1,8 @@
 -- peek.lua: read messages of one queue without changing anything.
 -- Reserved and delayed messages are pending (not yet consumed) and are shown;
 -- claimed messages only with include_claimed.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 limit, 4 order, 5 after, 6 before, 7 exact,
 --       8 '1' to include claimed messages.
 -- Returns: flat {id1, body1, ...} in order.
@@ -24,9 +25,4 @@ else
 end
 local members = merge(lists, order, limit)
 local bodies = bodies_of(members)
-local out = {}
-for i, member in ipairs(members) do
-  out[#out + 1] = mid(member)
-  out[#out + 1] = bodies[i]
-end
-return out
+return id_body_pairs(members, bodies)

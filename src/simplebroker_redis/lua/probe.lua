@@ -1,5 +1,6 @@
 -- probe.lua: cheap read-only questions about one queue.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 question: 'pending' (any pending message with id
 --       above ARGV[4] when given), 'latest' (newest pending id), 'exists' (any
 --       message at all, claimed included); 3 queue, 4 after ('' none).

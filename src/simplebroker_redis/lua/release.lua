@@ -1,6 +1,7 @@
 -- release.lua: give reserved messages of a token back: pending again at once,
 -- or delayed (pending but not claimable) for a while.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, reservations, time
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token, 3 delay in us ('0' = claimable now),
 --       4 '1' to take back the delivery count (never handed to a handler),
 --       5.. 19-digit ids, or a single '*' for every ID the token holds.
@@ -11,13 +12,7 @@ check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_DELIVERIES,
 local token = ARGV[2]
 local record = read_record(token)
 if not record then return 0 end
-local ids = {}
-if ARGV[5] == '*' then
-  ids = ids_of(token_members(token))
-else
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-end
 local delay = tonumber(ARGV[3])
 local due = 0
 if delay > 0 then due = now_us() + delay end
-return release_ids(token, record, ids, due, ARGV[4] == '1')
+return release_ids(token, record, selected_ids(token, 5), due, ARGV[4] == '1')

@@ -1,6 +1,7 @@
 -- rename.lua: retag every message of a queue with a new queue name (IDs
 -- kept), optionally retargeting aliases, in one step.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 old queue, 3 new queue, 4 '1' to retarget aliases,
 --       5 new alias version (used only when an alias was retargeted).
 -- Returns: {messages renamed, aliases retargeted}; {0, 0} when the old queue

@@ -2,12 +2,13 @@
 -- token (at-least-once delivery). Reserved messages stay pending for peek and
 -- stats but nobody else can claim, move or delete them until the token is
 -- settled, released, or recovered after its lease expires.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk, reservations, upkeep
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 token (fresh, [0-9a-f]), 4 limit,
 --       5 lease in us ('-1' = never expires), 6 move target recorded for
 --       settle ('' none), 7 after, 8 before, 9 exact, 10 max deliveries ('0' =
 --       unlimited), 11 dead-letter queue ('' none), 12 order, 13 maintenance
---       spec ('' when not due; see maintain() in _lib.lua).
+--       spec ('' when not due; see maintain() in lib/upkeep.lua).
 -- Returns: {created_us, deadline_us ('-1' none), next_due_in_us ('-1' none),
 --           id1, body1, deliveries1, ...}; no items when nothing was pending.
 -- Raises: TOKEN when the token already exists.

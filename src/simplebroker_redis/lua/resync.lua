@@ -1,6 +1,7 @@
 -- resync.lua: repair a high-water mark that fell below a stored message ID
 -- (damaged or hand-edited data). Reads every stored ID: O(messages).
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, ids
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix.
 -- Returns: {old last_ts, new last_ts}; the mark never moves down.
 check_ns({K_BODIES})

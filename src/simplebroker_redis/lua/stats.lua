@@ -1,6 +1,7 @@
 -- stats.lua: per-queue counts. Pending includes reserved and delayed messages
 -- (not yet consumed); claimed are consumed messages awaiting vacuum.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 mode: 'one' (ARGV[3] = queue), 'all', or 'range'
 --       (registered queues in the lex range ARGV[3]..ARGV[4]).
 -- Returns: flat {queue, pending, claimed, ...} sorted by queue name.

@@ -1,6 +1,7 @@
 -- vacuum.lua: physically remove up to `batch` claimed messages (oldest queue
 -- names first), so large vacuums never block the server for long.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, upkeep
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 batch size.
 -- Returns: {removed, claimed messages left}.
 check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_CLAIMED, K_BODIES, K_DELIVERIES})

@@ -1,9 +1,10 @@
 -- write.lua: allocate an ID and add one message, optionally trimming the
 -- queue's pending window (keep_newest) or delaying visibility.
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk, ids, upkeep, time
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
 --       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
---       7 maintenance spec ('' when not due; see maintain() in _lib.lua).
+--       7 maintenance spec ('' when not due; see maintain() in lib/upkeep.lua).
 -- Returns: the committed 19-digit message ID.
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK
 -- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest

@@ -1,10 +1,11 @@
 -- write_batch.lua: add several messages (any queues) in one step, all or
 -- nothing: the group commit of concurrent asyncio writers (AsyncMessages).
--- KEYS: fixed keys (see _lib.lua).
+-- uses: guard, members, bulk, ids, time
+-- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 candidate ID of the first message (client clock,
 --       19 digits), then triples (queue, body, delay in us; '0' = now).
 -- Returns: the committed 19-digit IDs, in argument order (consecutive above
--- the first; see allocate() in _lib.lua).
+-- the first; see allocate() in lib/ids.lua).
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK,
 -- IDCONFLICT, IDRANGE. One wake-up is published per queue written.
 check_ns({K_QUEUES, K_PENDING, K_DELAYED, K_DUE, K_BODIES})

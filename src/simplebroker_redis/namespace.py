@@ -1,11 +1,16 @@
-"""Namespace lifecycle: initialize, validate and clean up a target namespace."""
+"""Namespace lifecycle: create, validate and delete one namespace of a server.
+
+Also the durable high-water mark reads behind the plugin's timestamp hooks.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from simplebroker.ext import DatabaseError
+from simplebroker.ext import DatabaseError, DataError
 
+from . import calls
+from .keys import ID_WIDTH, MAGIC
 from .runner import RedisRunner, forget_shared_runners
 
 #: Oldest server major version with every command the scripts use.
@@ -44,8 +49,7 @@ def initialize(runner: RedisRunner) -> None:
     A namespace without meta that already holds keys under our prefix is
     refused: it was not made by this product, or was damaged.
     """
-    state = runner.call("init", ["check"], idempotent=True)
-    if state == "ready":
+    if runner.run(calls.init("check")) == "ready":
         return
     stray = _first_namespace_key(runner)
     if stray is not None:
@@ -53,13 +57,12 @@ def initialize(runner: RedisRunner) -> None:
             f"{runner.where} holds key {stray!r} but no simplebroker-redis meta "
             "record; refusing to adopt a namespace this product did not create"
         )
-    runner.call("init", ["init"])
+    runner.run(calls.init("init"))
 
 
 def validate(runner: RedisRunner, *, verify_initialized: bool) -> None:
     """Check meta, schema version and key types (one round trip)."""
-    state = runner.call("init", ["check"], idempotent=True)
-    if state == "absent":
+    if runner.run(calls.init("check")) == "absent":
         if verify_initialized:
             raise DatabaseError(f"{runner.where} is not initialized")
         return
@@ -74,24 +77,17 @@ def cleanup(runner: RedisRunner) -> bool:
     """
     keys = runner.keys
 
-    def read_magic(client: Any) -> tuple[str, Any]:
+    def meta_kind(client: Any) -> tuple[str, Any]:
         kind = str(client.type(keys.meta))
         return kind, (client.hget(keys.meta, "magic") if kind == "hash" else None)
 
-    kind, magic = runner.execute(read_magic, idempotent=True)
-    if kind != "none" and (kind != "hash" or magic != "simplebroker-redis"):
+    kind, magic = runner.execute(meta_kind, idempotent=True)
+    if kind != "none" and (kind != "hash" or magic != MAGIC):
         raise DatabaseError(
             f"{runner.where} meta record is not a simplebroker-redis namespace; "
             "refusing to delete it"
         )
-    fixed = list(keys.fixed_keys)
-    deleted = int(
-        runner.execute(
-            lambda client: runner.scripts.cleanup(
-                keys=fixed, args=[keys.wake_prefix], client=client
-            )
-        )
-    )
+    deleted = runner.run(calls.cleanup())
 
     def sweep(client: Any) -> int:
         count = 0
@@ -108,3 +104,32 @@ def cleanup(runner: RedisRunner) -> bool:
     deleted += int(runner.execute(sweep))
     forget_shared_runners(keys.namespace)
     return deleted > 0
+
+
+def _meta_field(runner: RedisRunner, name: str) -> str | None:
+    key = runner.keys.meta
+    value = runner.execute(lambda client: client.hget(key, name), idempotent=True)
+    return None if value is None else str(value)
+
+
+def read_last_ts(runner: RedisRunner) -> int:
+    """Return the durable high-water mark (0 for an empty namespace)."""
+    value = _meta_field(runner, "last_ts")
+    if value is None:
+        return 0
+    if not (len(value) == ID_WIDTH and value.isascii() and value.isdigit()):
+        raise DataError(
+            f"damaged simplebroker-redis data in {runner.where}: "
+            f"last_ts is not a {ID_WIDTH}-digit message ID"
+        )
+    return int(value)
+
+
+def read_meta_int(runner: RedisRunner, name: str) -> int:
+    """Return an integer field of the meta record (0 when absent)."""
+    return int(_meta_field(runner, name) or 0)
+
+
+def read_magic(runner: RedisRunner) -> str | None:
+    """Return the namespace magic string, or None."""
+    return _meta_field(runner, "magic")

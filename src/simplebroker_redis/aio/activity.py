@@ -1,0 +1,134 @@
+"""``AsyncActivity``: Pub/Sub wake-ups for queues, read by the event loop itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import redis
+
+from ..retry import BACKOFF_MAX, Backoff
+from ..validation import validate_queue_name
+from .runner import AsyncRedisRunner
+
+logger = logging.getLogger("simplebroker_redis")
+
+#: Seconds :meth:`AsyncActivity.start` waits for its subscription.
+SUBSCRIBE_WAIT: Final[float] = 5.0
+
+#: Idle seconds before a subscription is checked with PING.
+PING_INTERVAL: Final[float] = 30.0
+
+
+class AsyncActivity:
+    """Pub/Sub wake-ups for queues, read by the running event loop itself.
+
+    Every script that makes messages of a queue claimable publishes on the
+    queue's wake channel. This subscribes on a dedicated asyncio connection
+    (never one of the command pool), so a wake-up reaches a waiting
+    coroutine without a thread hop. Wake-ups are hints: after every
+    (re)connect the waiter is woken once, since one may have been missed,
+    and the caller simply asks the server again. Reconnects back off from
+    0.1 s to 5 s; an idle subscription sends one PING per 30 s.
+    """
+
+    def __init__(self, runner: AsyncRedisRunner, queue_names: Sequence[str]) -> None:
+        names = list(dict.fromkeys(queue_names))
+        if not names:
+            raise ValueError("queue_names cannot be empty")
+        for name in names:
+            validate_queue_name(name)
+        self._connections = runner.connections
+        self._channels = [runner.keys.wake_channel(name) for name in names]
+        self._where = runner.where
+        self._event = asyncio.Event()
+        self._subscribed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Subscribe; return once subscribed, or after a few seconds."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="simplebroker-redis-wakeups"
+            )
+        try:
+            async with asyncio.timeout(SUBSCRIBE_WAIT):
+                await self._subscribed.wait()
+        except TimeoutError:
+            logger.warning("no wake-up subscription yet at %s; retrying", self._where)
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up; True when woken."""
+        if self._task is None:
+            await self.start()
+        event = self._event
+        if not event.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await event.wait()
+            except TimeoutError:
+                return False
+        event.clear()
+        return True
+
+    async def close(self) -> None:
+        """Unsubscribe and close the connection (idempotent)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        clock = asyncio.get_running_loop().time
+        backoff = Backoff()
+        failing = False
+        while True:
+            client = self._connections.async_subscriber()
+            pubsub: Any = client.pubsub(ignore_subscribe_messages=True)
+            subscribed_at = None
+            try:
+                await pubsub.subscribe(*self._channels)
+                subscribed_at = clock()
+                self._subscribed.set()
+                self._event.set()  # a wake-up may have been missed meanwhile
+                if failing:
+                    logger.info("wake-up subscription at %s restored", self._where)
+                failing = False
+                await self._serve(pubsub)
+            except Exception as exc:  # noqa: BLE001 - the subscription must outlive any failure
+                if not failing:
+                    kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
+                    logger.warning("wake-up subscription at %s %s: %r", self._where, kind, exc)
+                failing = True
+            finally:
+                await _close_quietly(pubsub, client)
+            if subscribed_at is not None and clock() - subscribed_at > BACKOFF_MAX:
+                backoff.reset()  # it worked for a while: reconnect quickly
+            await asyncio.sleep(backoff.next())
+
+    async def _serve(self, pubsub: Any) -> None:
+        clock = asyncio.get_running_loop().time
+        while True:
+            started = clock()
+            message = await pubsub.get_message(timeout=PING_INTERVAL)
+            if message is not None:
+                if message.get("type") == "message":
+                    self._event.set()
+            elif clock() - started >= PING_INTERVAL:
+                # Idle: check the connection. (None alone does not mean idle:
+                # redis-py also returns None for replies it ignores, such as
+                # a decoded PONG, so pinging on None would never stop.)
+                await pubsub.ping()
+
+
+async def _close_quietly(*resources: Any) -> None:
+    for resource in resources:
+        try:
+            await resource.aclose()
+        except (redis.RedisError, OSError, RuntimeError):
+            pass  # the connection is broken already

@@ -1,0 +1,568 @@
+"""One typed call per Lua script: what it sends, and how its reply is read.
+
+Each function here validates its arguments and returns a :class:`Call`: the
+script to run, its ``ARGV`` (after the wake prefix every script receives
+first), any extra ``KEYS`` after the fixed ones, and the parser of its
+reply. Both runners execute a call the same way
+(``RedisRunner.run(call)``, ``await AsyncRedisRunner.run(call)``), so the
+sync core, the reservation API and the asyncio integrations never build an
+argument list or read a reply of their own. Each script's header
+(``lua/<name>.lua``) documents the same arguments and reply.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from simplebroker.metadata import QueueStats
+
+from .keys import format_id
+from .scripts import ScriptName
+from .validation import optional_id, validate_queue_name
+
+R = TypeVar("R")
+
+Row = tuple[str, int]  #: (body, id), SimpleBroker's row shape
+SettleMode = Literal["claim", "delete", "move"]
+TakeMode = Literal["claim", "move"]
+Order = Literal["oldest", "newest"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[R]):
+    """One script run: name, arguments, and the parser of its reply.
+
+    ``command`` instead of ``script`` runs plain commands (a function of
+    the client, sync or asyncio alike). ``idempotent`` calls change nothing
+    and may be retried once after a connection error. A call bound to an
+    asyncio runner (``dataclasses.replace(call, runner=...)``) can be awaited
+    directly.
+    """
+
+    parse: Callable[[Any], R]
+    script: ScriptName | None = None
+    args: tuple[object, ...] = ()
+    extra_keys: tuple[str, ...] = ()
+    command: Callable[[Any], Any] | None = None
+    idempotent: bool = False
+    runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        """Run this call on the asyncio runner it is bound to, and return its reply."""
+        if self.runner is None:
+            raise TypeError("this call is not bound to an asyncio runner: use runner.run(call)")
+        reply: Generator[Any, None, R] = self.runner.run(self).__await__()
+        return reply
+
+
+# -- reply types ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    """One reserved message."""
+
+    id: int
+    body: str
+    deliveries: int  #: times this message has been reserved, this one included
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The result of a reservation; ``messages`` is empty when none was pending."""
+
+    token: str
+    queue: str
+    messages: tuple[LeasedMessage, ...]
+    created_ns: int  #: server time of the reservation, integer nanoseconds
+    deadline_ns: int | None  #: lease expiry (server time), None: never expires
+    next_due_seconds: float | None  #: when a delayed message becomes due, if any
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """Return the reserved message IDs in delivery order."""
+        return tuple(message.id for message in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """Outcome of ack/reject: IDs settled, and IDs the token no longer held."""
+
+    settled: int
+    lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Outcome of a recovery pass."""
+
+    released: int  #: live message IDs made pending again (or dead-lettered)
+    tokens: int  #: expired reservations recovered
+    more: bool  #: True when more expired reservations may remain
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Outcome of a broadcast: copies written and the first and last IDs."""
+
+    count: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValueWrite:
+    """A value to ``SET`` in the ``commit`` script (a task result), expiry in ms."""
+
+    key: str
+    value: str
+    px: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SettleGroup:
+    """One settlement of the ``commit`` script: IDs of a token, and what to do."""
+
+    token: str
+    mode: SettleMode
+    target: str
+    ids: tuple[int, ...]
+
+
+# -- argument helpers -------------------------------------------------------------
+def new_token() -> str:
+    """Return a fresh reservation token."""
+    return uuid.uuid4().hex
+
+
+def lease_microseconds(lease_seconds: float | None) -> int:
+    """Return a lease as integer microseconds (-1: never expires).
+
+    The lease is first made exact integer nanoseconds; a reservation is stale
+    once ``now_ns - created_ns > lease_ns`` on the server clock, which for
+    microsecond server clocks is ``now_us > created_us + lease_ns // 1000``.
+    """
+    if lease_seconds is None:
+        return -1
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)):
+        raise TypeError("lease_seconds must be a number or None")
+    if not math.isfinite(lease_seconds) or lease_seconds < 0:
+        raise ValueError("lease_seconds must be a finite number >= 0")
+    return round(lease_seconds * 1_000_000_000) // 1000
+
+
+def delay_microseconds(delay_seconds: float) -> int:
+    """Return a delay as integer microseconds; raise for a non-finite or negative one."""
+    if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)):
+        raise TypeError("delay_seconds must be a number")
+    if not math.isfinite(delay_seconds) or delay_seconds < 0:
+        raise ValueError("delay_seconds must be a finite number >= 0")
+    return round(delay_seconds * 1_000_000)
+
+
+def id_args(ids: Iterable[int] | None) -> list[str]:
+    """Return script ARGV for an ID selection (``'*'`` for all of a token)."""
+    if ids is None:
+        return ["*"]
+    return [format_id(int(message_id)) for message_id in ids]
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def _int(raw: Any) -> int:
+    return int(raw)
+
+
+def _bool(raw: Any) -> bool:
+    return bool(int(raw))
+
+
+def _ids(raw: Any) -> list[int]:
+    return [int(value) for value in raw]
+
+
+def _rows(raw: Any) -> list[Row]:
+    return [(raw[i + 1], int(raw[i])) for i in range(0, len(raw), 2)]
+
+
+def _pair(raw: Any) -> tuple[int, int]:
+    return int(raw[0]), int(raw[1])
+
+
+def _settlement(raw: Any) -> Settlement:
+    return Settlement(int(raw[0]), int(raw[1]))
+
+
+# -- namespace and identity ---------------------------------------------------------
+def init(mode: Literal["init", "check"]) -> Call[str]:
+    """``init.lua``: create (``init``) or only validate (``check``) the namespace."""
+    return Call(str, "init", (mode,), idempotent=mode == "check")
+
+
+def cleanup() -> Call[int]:
+    """``cleanup.lua``: delete every fixed key; return how many existed."""
+    return Call(_int, "cleanup")
+
+
+def advance_ts(new_ts: int) -> Call[bool]:
+    """``advance_ts.lua``: raise the durable high-water to ``new_ts``; True if it moved."""
+    return Call(_bool, "advance_ts", (format_id(new_ts),))
+
+
+def stamp(candidate: int) -> Call[int]:
+    """``stamp.lua``: allocate one ID (no message) and record it as the high-water."""
+    return Call(_int, "stamp", (format_id(candidate),))
+
+
+def resync() -> Call[tuple[int, int]]:
+    """``resync.lua``: raise a high-water below a stored ID; (old, new)."""
+    return Call(_pair, "resync")
+
+
+# -- writes -------------------------------------------------------------------------
+def write(
+    queue: str,
+    body: str,
+    candidate: int,
+    *,
+    keep_newest: int = 0,
+    delay_us: int = 0,
+    maintenance: str = "",
+) -> Call[int]:
+    """``write.lua``: one message (optionally delayed, or trimming the queue); its ID."""
+    args = (queue, body, format_id(candidate), keep_newest, delay_us, maintenance)
+    return Call(_int, "write", args)
+
+
+def write_batch(candidate: int, items: Sequence[tuple[str, str, int]]) -> Call[list[int]]:
+    """``write_batch.lua``: several (queue, body, delay in us) messages, all or nothing."""
+    args: list[object] = [format_id(candidate)]
+    for queue, body, delay_us in items:
+        args += (queue, body, delay_us)
+    return Call(_ids, "write_batch", tuple(args))
+
+
+def insert(required_last_ts: int, records: Iterable[tuple[str, str, int]]) -> Call[int]:
+    """``insert.lua``: (queue, body, exact id) messages, all or nothing."""
+    args: list[object] = [format_id(required_last_ts)]
+    for queue, body, message_id in records:
+        args += (queue, format_id(message_id), body)
+    return Call(_int, "insert", tuple(args))
+
+
+def _broadcast(raw: Any) -> Broadcast:
+    if int(raw[0]) == 0:
+        return Broadcast(0, 0, 0)
+    return Broadcast(int(raw[0]), int(raw[1]), int(raw[2]))
+
+
+def broadcast(
+    body: str,
+    mode: Literal["all", "existing", "create"],
+    candidates: Sequence[int],
+    names: Sequence[str] = (),
+) -> Call[Broadcast]:
+    """``broadcast.lua``: one copy of ``body`` in each selected queue."""
+    args = (body, mode, len(candidates), *(format_id(c) for c in candidates), *names)
+    return Call(_broadcast, "broadcast", args)
+
+
+# -- reads, claims and moves -----------------------------------------------------------
+def claim(
+    queue: str,
+    op: TakeMode,
+    *,
+    target: str = "",
+    limit: int = 1,
+    order: str = "oldest",
+    after: int | None = None,
+    before: int | None = None,
+    exact: int | None = None,
+    with_claimed: bool = False,
+    maintenance: str = "",
+) -> Call[list[Row]]:
+    """``claim.lua``: claim (or move to ``target``) up to ``limit`` messages."""
+    args = (
+        queue,
+        op,
+        target,
+        limit,
+        order,
+        optional_id(after),
+        optional_id(before),
+        optional_id(exact),
+        _flag(with_claimed),
+        maintenance,
+    )
+    return Call(_rows, "claim", args)
+
+
+def peek(
+    queue: str,
+    *,
+    limit: int,
+    order: str = "oldest",
+    after: int | None = None,
+    before: int | None = None,
+    exact: int | None = None,
+    include_claimed: bool = False,
+) -> Call[list[Row]]:
+    """``peek.lua``: up to ``limit`` messages, unchanged."""
+    args = (
+        queue,
+        limit,
+        order,
+        optional_id(after),
+        optional_id(before),
+        optional_id(exact),
+        _flag(include_claimed),
+    )
+    return Call(_rows, "peek", args, idempotent=True)
+
+
+def _stats(raw: Any) -> list[QueueStats]:
+    out = []
+    for i in range(0, len(raw), 3):
+        pending, claimed = int(raw[i + 1]), int(raw[i + 2])
+        out.append(QueueStats(raw[i], pending, claimed, pending + claimed))
+    return out
+
+
+def stats(
+    queue: str | None = None, lex_range: tuple[str, str] | None = None
+) -> Call[list[QueueStats]]:
+    """``stats.lua``: counts of one queue, of a registry lex range, or of every queue."""
+    if queue is not None:
+        args: tuple[object, ...] = ("one", queue)
+    elif lex_range is not None:
+        args = ("range", *lex_range)
+    else:
+        args = ("all",)
+    return Call(_stats, "stats", args, idempotent=True)
+
+
+def probe_exists(queue: str) -> Call[bool]:
+    """``probe.lua``: whether ``queue`` holds any message, claimed included."""
+    return Call(_bool, "probe", ("exists", queue, ""), idempotent=True)
+
+
+def probe_pending(queue: str, after: int | None = None) -> Call[bool]:
+    """``probe.lua``: whether ``queue`` has a pending message (above ``after``)."""
+    return Call(_bool, "probe", ("pending", queue, optional_id(after)), idempotent=True)
+
+
+def _optional_id(raw: Any) -> int | None:
+    return int(raw) if raw else None
+
+
+def probe_latest(queue: str) -> Call[int | None]:
+    """``probe.lua``: the newest pending message ID of ``queue``, or None."""
+    return Call(_optional_id, "probe", ("latest", queue, ""), idempotent=True)
+
+
+def _found(raw: Any) -> tuple[int | None, list[int]]:
+    return (int(raw[0]) if raw[0] else None), [int(value) for value in raw[1:]]
+
+
+def find(
+    queue: str,
+    needle: str,
+    *,
+    wanted: int,
+    after: int | None,
+    before: int | None,
+    include_claimed: bool,
+    chunk: int,
+) -> Call[tuple[int | None, list[int]]]:
+    """``find.lua``: one chunk of a body search; (resume cursor or None, IDs found)."""
+    args = (
+        queue,
+        needle,
+        wanted,
+        optional_id(after),
+        optional_id(before),
+        _flag(include_claimed),
+        chunk,
+    )
+    return Call(_found, "find", args, idempotent=True)
+
+
+# -- deletes, renames, aliases, vacuum ---------------------------------------------------
+def delete_queues(names: Sequence[str], before: int | None = None) -> Call[int]:
+    """``delete_queues.lua``: every message of ``names`` (below ``before``); the count."""
+    return Call(_int, "delete_queues", (optional_id(before), *names))
+
+
+def delete_ids(queue: str, ids: Iterable[int]) -> Call[int]:
+    """``delete_ids.lua``: exact IDs of one queue; the count."""
+    return Call(_int, "delete_ids", (queue, *id_args(ids)))
+
+
+def rename(old: str, new: str, *, retarget_aliases: bool, version: int) -> Call[tuple[int, int]]:
+    """``rename.lua``: (messages renamed, aliases retargeted)."""
+    return Call(_pair, "rename", (old, new, _flag(retarget_aliases), version))
+
+
+def alias_add(alias: str, target: str, version: int) -> Call[int]:
+    """``alias_add.lua``: add an alias, validated against the live map."""
+    return Call(_int, "alias_add", (alias, target, version))
+
+
+def alias_remove(alias: str, version: int) -> Call[bool]:
+    """``alias_remove.lua``: remove an alias; True when it existed."""
+    return Call(_bool, "alias_remove", (alias, version))
+
+
+def vacuum(batch: int) -> Call[tuple[int, int]]:
+    """``vacuum.lua``: remove up to ``batch`` claimed messages; (removed, left)."""
+    return Call(_pair, "vacuum", (batch,))
+
+
+# -- reservations ----------------------------------------------------------------------
+def _check_reservation(
+    queue: str, limit: int, target: str, max_deliveries: int | None, dead_letter: str | None
+) -> None:
+    validate_queue_name(queue)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+    if target:
+        validate_queue_name(target)
+    if max_deliveries is not None:
+        if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int):
+            raise TypeError("max_deliveries must be an integer or None")
+        if max_deliveries < 1:
+            raise ValueError("max_deliveries must be >= 1")
+        if dead_letter is None:
+            raise ValueError("max_deliveries requires a dead_letter queue")
+    if dead_letter is not None:
+        validate_queue_name(dead_letter)
+        if dead_letter == queue:
+            raise ValueError("dead_letter must differ from the reserved queue")
+
+
+def reserve(
+    queue: str,
+    limit: int,
+    lease_seconds: float | None,
+    *,
+    max_deliveries: int | None = None,
+    dead_letter: str | None = None,
+    target: str = "",
+    after: int | None = None,
+    before: int | None = None,
+    exact: int | None = None,
+    order: str = "oldest",
+    maintenance: str = "",
+) -> Call[Lease]:
+    """Reserve up to ``limit`` pending messages of ``queue`` for ``lease_seconds``.
+
+    ``reserve.lua``, under a new token; ``None`` never expires.
+    ``maintenance`` is a core's piggybacked maintenance request (internal).
+    """
+    _check_reservation(queue, limit, target, max_deliveries, dead_letter)
+    token = new_token()
+    args = (
+        queue,
+        token,
+        limit,
+        lease_microseconds(lease_seconds),
+        target,
+        optional_id(after),
+        optional_id(before),
+        optional_id(exact),
+        max_deliveries or 0,
+        dead_letter or "",
+        order,
+        maintenance,
+    )
+
+    def parse(raw: Any) -> Lease:
+        created_us, deadline_us, due_us = int(raw[0]), int(raw[1]), int(raw[2])
+        messages = tuple(
+            LeasedMessage(int(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(3, len(raw), 3)
+        )
+        return Lease(
+            token=token,
+            queue=queue,
+            messages=messages,
+            created_ns=created_us * 1000,
+            deadline_ns=None if deadline_us < 0 else deadline_us * 1000,
+            next_due_seconds=None if due_us < 0 else due_us / 1_000_000,
+        )
+
+    return Call(parse, "reserve", args)
+
+
+def settle(
+    token: str, mode: SettleMode, target: str = "", ids: Iterable[int] | None = None
+) -> Call[Settlement]:
+    """``settle.lua``: claim, delete or move (to ``target``) IDs of a token (all when None)."""
+    if mode not in ("claim", "delete", "move"):
+        raise ValueError("mode must be 'claim', 'delete' or 'move'")
+    if target:
+        validate_queue_name(target)
+    return Call(_settlement, "settle", (token, mode, target, *id_args(ids)))
+
+
+def _settlements(raw: Any) -> list[Settlement]:
+    return [Settlement(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+
+def commit(
+    writes: Sequence[ValueWrite], settlements: Sequence[SettleGroup]
+) -> Call[list[Settlement]]:
+    """``commit.lua``: store ``writes``, then settle each group; one Settlement per group."""
+    args: list[object] = [len(writes)]
+    for write in writes:
+        args += (write.value, "" if write.px is None else write.px)
+    for group in settlements:
+        args += (group.token, group.mode, group.target, len(group.ids), *id_args(group.ids))
+    keys = tuple(write.key for write in writes)
+    return Call(_settlements, "commit", tuple(args), extra_keys=keys)
+
+
+def release(
+    token: str,
+    ids: Iterable[int] | None = None,
+    *,
+    delay_seconds: float = 0.0,
+    undeliver: bool = False,
+) -> Call[int]:
+    """Make ``ids`` of a token (all when None) pending again; return how many.
+
+    ``release.lua``. ``delay_seconds`` keeps them unclaimable that long;
+    ``undeliver`` takes back their delivery count (they never reached a
+    handler).
+    """
+    delay = delay_microseconds(delay_seconds)
+    return Call(_int, "release", (token, delay, _flag(undeliver), *id_args(ids)))
+
+
+def _tokens(raw: Any) -> set[str]:
+    return {str(token) for token in raw}
+
+
+def renew(tokens: Iterable[str], lease_seconds: float | None = None) -> Call[set[str]]:
+    """Extend the leases of ``tokens``; return the tokens that no longer exist.
+
+    ``renew.lua``; ``lease_seconds`` None renews each token for its own lease.
+    """
+    lease = "" if lease_seconds is None else lease_microseconds(lease_seconds)
+    return Call(_tokens, "renew", (lease, *tokens))
+
+
+def _recovery(raw: Any) -> Recovery:
+    return Recovery(released=int(raw[0]), tokens=int(raw[1]), more=bool(int(raw[2])))
+
+
+def recover(queue: str | None = None, *, max_tokens: int = 256) -> Call[Recovery]:
+    """Release expired reservations (of ``queue`` or every queue); ``recover.lua``."""
+    if queue is not None:
+        validate_queue_name(queue)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError("max_tokens must be an integer >= 1")
+    return Call(_recovery, "recover", (queue or "", max_tokens))

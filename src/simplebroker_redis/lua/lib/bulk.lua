@@ -1,0 +1,71 @@
+-- lib/bulk.lua: commands over many members, chunked below Lua's unpack limit.
+-- uses: guard, members
+
+local CHUNK = 1000
+
+local function zadd_all(key, members)
+  for i = 1, #members, CHUNK do
+    local args = {}
+    for j = i, math.min(i + CHUNK - 1, #members) do
+      args[#args + 1] = 0
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
+local function zrem_all(key, members)
+  for i = 1, #members, CHUNK do
+    redis.call('ZREM', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+  end
+end
+
+local function hdel_all(key, fields)
+  for i = 1, #fields, CHUNK do
+    redis.call('HDEL', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+  end
+end
+
+-- The bodies of `members`, in order; raises CORRUPT for a message without one.
+local function bodies_of(members)
+  local out = {}
+  for i = 1, #members, CHUNK do
+    local ids = {}
+    for j = i, math.min(i + CHUNK - 1, #members) do ids[#ids + 1] = mid(members[j]) end
+    local got = redis.call('HMGET', K_BODIES, unpack(ids))
+    for j = 1, #got do
+      if not got[j] then fail('CORRUPT', 'message ' .. ids[j] .. ' has no body') end
+      out[#out + 1] = got[j]
+    end
+  end
+  return out
+end
+
+-- The distinct queues of a member list, in first-seen order.
+local function queues_of(members)
+  local out, seen = {}, {}
+  for _, member in ipairs(members) do
+    local queue = mqueue(member)
+    if not seen[queue] then
+      seen[queue] = true
+      out[#out + 1] = queue
+    end
+  end
+  return out
+end
+
+local function ids_of(members)
+  local ids = {}
+  for i = 1, #members do ids[i] = mid(members[i]) end
+  return ids
+end
+
+-- The flat reply {id1, body1, id2, body2, ...} of `members` and their `bodies`.
+local function id_body_pairs(members, bodies)
+  local out = {}
+  for i, member in ipairs(members) do
+    out[#out + 1] = mid(member)
+    out[#out + 1] = bodies[i]
+  end
+  return out
+end
