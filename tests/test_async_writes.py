@@ -91,14 +91,19 @@ async def test_bad_input_is_refused_before_anything_is_queued(arunner, broker):
 async def test_a_failing_batch_fails_every_write_in_it_and_writes_nothing(arunner, raw, namespace):
     messages = AsyncMessages(arunner)
     await messages.write("jobs", "before")
-    # Damage: the due index is not a sorted set; the script refuses before writing.
-    raw.set(f"sb:{{{namespace}}}:due", "oops")
+    # Damage: pending, which every write of the batch adds to, is not a sorted
+    # set; the script refuses before writing.
+    pending = f"sb:{{{namespace}}}:pending"
+    raw.rename(pending, pending + ":saved")  # the message written before, restored below
+    raw.set(pending, "oops")
     results = await asyncio.gather(
         *(messages.write("jobs", str(i)) for i in range(20)), return_exceptions=True
     )
     assert all(isinstance(r, DataError) and "expected a zset" in str(r) for r in results), results
-    raw.delete(f"sb:{{{namespace}}}:due")
-    assert raw.zcard(f"sb:{{{namespace}}}:pending") == 1
+    assert raw.get(pending) == "oops"
+    raw.delete(pending)
+    raw.rename(pending + ":saved", pending)
+    assert raw.zcard(pending) == 1
     # The writer recovers once the damage is repaired.
     assert await messages.write("jobs", "after") > 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import simplebroker.ext as ext
-from simplebroker.ext import DatabaseError, InvalidConfigError, OperationalError
+from simplebroker.ext import DatabaseError, DataError, InvalidConfigError, OperationalError
 
 from simplebroker_redis import RedisRunner, get_backend_plugin, redis_backend_plugin
 from simplebroker_redis.keys import Keyspace
@@ -123,8 +123,12 @@ def test_validate_refuses_foreign_and_wrong_typed_keys(redis_url, namespace, raw
     raw.delete(f"sb:{{{namespace}}}:pending")
     plugin.initialize_target(redis_url, backend_options=opts)
     raw.set(f"sb:{{{namespace}}}:bodies", "wrong type")
-    with pytest.raises(DatabaseError, match="holds a string"):
-        plugin.validate_target(redis_url, backend_options=opts)
+    # A damaged key is reported by the operation that meets it, at once, not by
+    # validate_target (SimpleBroker's connection loop would retry that for seconds).
+    plugin.validate_target(redis_url, backend_options=opts)
+    core = plugin.create_core(redis_url, backend_options=opts)
+    with pytest.raises(DataError, match="bodies holds a string, expected a hash"):
+        core.write("q", "x")
     raw.delete(f"sb:{{{namespace}}}:bodies")
     raw.hset(f"sb:{{{namespace}}}:meta", "magic", "something-else")
     with pytest.raises(DatabaseError):

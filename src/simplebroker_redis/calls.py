@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from simplebroker.metadata import QueueStats
 
-from .keys import format_id
+from .keys import FIXED_KEYS, Keyspace, format_id
 from .scripts import ScriptName
 from .validation import optional_id, validate_queue_name
 
@@ -221,6 +221,25 @@ def stamp(candidate: int) -> Call[int]:
 def resync() -> Call[tuple[int, int]]:
     """``resync.lua``: raise a high-water below a stored ID; (old, new)."""
     return Call(_pair, "resync")
+
+
+def _key_types(client: Any, keys: Keyspace) -> Any:
+    pipe = client.pipeline(transaction=False)
+    for key in keys.fixed_keys:
+        pipe.type(key)
+    return pipe.execute()  # a list, or an awaitable of one on an asyncio client
+
+
+def key_types(keys: Keyspace) -> Call[dict[str, tuple[str, str]]]:
+    """TYPE of every fixed key: ``{key: (type found, type expected)}`` (one round trip)."""
+
+    def parse(raw: Any) -> dict[str, tuple[str, str]]:
+        return {
+            key: (str(kind), expected)
+            for key, kind, (_, expected) in zip(keys.fixed_keys, raw, FIXED_KEYS, strict=True)
+        }
+
+    return Call(parse, command=lambda client: _key_types(client, keys), idempotent=True)
 
 
 # -- writes -------------------------------------------------------------------------

@@ -72,6 +72,14 @@ class ReservationLost(OperationalError):
     retryable = False
 
 
+class WrongType(DataError):
+    """A command met a key of the wrong Redis type (the server's WRONGTYPE).
+
+    The server does not say which key; the runners look (one read) and
+    raise a ``DataError`` naming it (see ``runner.Attempt``).
+    """
+
+
 class NamespaceMissing(DatabaseError):
     """The namespace has no meta record (never created, or cleaned up)."""
 
@@ -202,7 +210,7 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
         return script_error(match.group(1), match.group(2), where)
     text = _located(str(exc))
     if _WRONGTYPE_RE.search(text):
-        return DataError(f"damaged simplebroker-redis data in {where}: {text}")
+        return WrongType(f"damaged simplebroker-redis data in {where}: {text}")
     if text.startswith(("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")):
         return _operational(f"Redis at {where} is busy: {text}", retryable=True)
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Unpack
 
 import redis
 from simplebroker import BrokerTarget
-from simplebroker.ext import MaintenanceSchedule, OperationalError
+from simplebroker.ext import DataError, MaintenanceSchedule, OperationalError
 
-from .calls import Call
+from .calls import Call, key_types
 from .calls import init as init_call
 from .connection import Connections, config_settings
-from .errors import NamespaceMissing, translate
+from .errors import NamespaceMissing, WrongType, translate
 from .ids import HighWaterClock
 from .keys import Keyspace
 from .options import BackendOptions, OptionKwargs
@@ -140,16 +140,19 @@ class Attempt:
     translated exception, unless ``call`` may be repeated: once after a
     connection error when it is idempotent, once after the namespace was
     found missing (then :attr:`reinitialize` is set and the caller
-    initializes the namespace before trying again).
+    initializes the namespace before trying again). A key of the wrong type
+    (the server does not say which) sets :attr:`wrong_type`: the caller reads
+    the key types and raises :meth:`damaged`, which names the key.
     """
 
-    __slots__ = ("call", "count", "reinitialize", "where")
+    __slots__ = ("call", "count", "reinitialize", "where", "wrong_type")
 
     def __init__(self, where: str, call: Call[Any]) -> None:
         self.where = where
         self.call = call
         self.count = 0
         self.reinitialize = False
+        self.wrong_type: WrongType | None = None
 
     def __enter__(self) -> None:
         self.reinitialize = False
@@ -159,6 +162,10 @@ class Attempt:
             return False
         self.count += 1
         error = translate(exc, self.where)
+        if isinstance(error, WrongType) and self.wrong_type is None:
+            error.__cause__ = exc
+            self.wrong_type = error
+            return True
         if self.count == 1:
             if isinstance(error, NamespaceMissing) and self.call.script != "init":
                 self.reinitialize = True
@@ -170,6 +177,19 @@ class Attempt:
             ):
                 return True
         raise error from exc
+
+    def damaged(self, types: dict[str, tuple[str, str]]) -> DataError:
+        """Return the error for :attr:`wrong_type`, naming the first wrong-typed key found."""
+        assert self.wrong_type is not None
+        for key, (kind, expected) in types.items():
+            if kind not in ("none", expected):
+                error = DataError(
+                    f"damaged simplebroker-redis data in {self.where}: {key} holds a "
+                    f"{kind}, expected a {expected}"
+                )
+                error.__cause__ = self.wrong_type
+                return error
+        return self.wrong_type
 
 
 class RedisRunner(RunnerBase):
@@ -257,6 +277,8 @@ class RedisRunner(RunnerBase):
         while True:
             with attempt:
                 return call.parse(operation(client))
+            if attempt.wrong_type is not None:
+                raise attempt.damaged(self.run(key_types(self.keys)))
             if attempt.reinitialize:
                 self.mark_initialized(False)
                 self.ensure_initialized()

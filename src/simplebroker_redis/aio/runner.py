@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from ..calls import Call
+from ..calls import Call, key_types
 from ..calls import init as init_call
 from ..runner import RedisRunner, RunnerBase, register_scripts
 from ..scripts import ScriptName
@@ -62,6 +62,8 @@ class AsyncRedisRunner(RunnerBase):
         while True:
             with attempt:
                 return call.parse(await operation(here.client))
+            if attempt.wrong_type is not None:
+                raise attempt.damaged(await self.run(key_types(self.keys)))
             if attempt.reinitialize:
                 here.initialized = False
                 await self.ensure_initialized()

@@ -3,8 +3,7 @@
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 new last_ts (19 digits).
 -- Returns: 1 when last_ts was raised to ARGV[2], 0 when it was already >= it.
-check_ns({})
-if ARGV[2] > last_ts() then
+if ARGV[2] > high_water(namespace_meta('last_ts')) then
   redis.call('HSET', K_META, 'last_ts', ARGV[2])
   return 1
 end

@@ -6,7 +6,7 @@
 -- ARGV: 1 wake prefix, 2 alias, 3 target, 4 new alias version.
 -- Returns: 1.
 -- Raises (before any write): ALIAS with the reason.
-check_ns({K_ALIASES})
+namespace_meta()
 local alias, target = ARGV[2], ARGV[3]
 if redis.call('HEXISTS', K_ALIASES, alias) == 1 then
   fail('ALIAS', "Alias '" .. alias .. "' already exists")

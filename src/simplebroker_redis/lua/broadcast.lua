@@ -11,7 +11,8 @@
 -- which case nothing (not even the high-water mark) changes.
 -- Raises (before any write): IDCONFLICT, DUPCANDIDATE, IDRANGE and the
 -- namespace checks.
-check_ns({K_QUEUES, K_PENDING, K_BODIES})
+local floor = high_water(namespace_meta('last_ts'))
+check_keys({K_QUEUES, K_PENDING})
 local body, mode, ncand = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local candidates = {}
 for i = 1, ncand do candidates[i] = ARGV[4 + i] end
@@ -27,7 +28,7 @@ else
 end
 if #targets == 0 then return {0} end
 while #candidates > #targets do candidates[#candidates] = nil end
-local ids = allocate(candidates, #targets)
+local ids = allocate(candidates, #targets, floor)
 for i, queue in ipairs(targets) do
   redis.call('HSET', K_BODIES, ids[i], body)
   redis.call('ZADD', K_PENDING, 0, mem(queue, ids[i]))

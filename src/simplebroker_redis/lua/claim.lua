@@ -11,8 +11,6 @@
 -- Returns: flat {id1, body1, id2, body2, ...} in selection order.
 -- Side effect first: upkeep() releases expired reservations and promotes due
 -- delayed messages (each a complete transition of its own).
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES,
-  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES, K_DELIVERIES})
 local queue, op, target = ARGV[2], ARGV[3], ARGV[4]
 local limit, order = tonumber(ARGV[5]), ARGV[6]
 local after, before, exact = ARGV[7], ARGV[8], ARGV[9]
@@ -39,16 +37,20 @@ if #members == 0 then
   return {}
 end
 local bodies = bodies_of(members)
+-- A move writes keys it has not read: refuse them here if wrong-typed. (A
+-- claim's first write, to claimed, refuses a wrong-typed claimed itself.)
+if op == 'move' then check_keys({K_QUEUES, K_RESERVED, K_DELAYED, K_CLAIMED}) end
 
 local from_pending, from_claimed = {}, {}
 for i, member in ipairs(members) do
   if src[i] == 1 then from_pending[#from_pending + 1] = member
   else from_claimed[#from_claimed + 1] = member end
 end
-zrem_all(K_PENDING, from_pending)
 if op == 'claim' then
   zadd_all(K_CLAIMED, from_pending)
+  zrem_all(K_PENDING, from_pending)
 else
+  zrem_all(K_PENDING, from_pending)
   zrem_all(K_CLAIMED, from_claimed)
   local moved_pending, moved_claimed = {}, {}
   for _, member in ipairs(from_pending) do moved_pending[#moved_pending + 1] = mem(target, mid(member)) end

@@ -10,34 +10,37 @@
 -- Returns: {settled, lost} of each settlement in argument order, flattened;
 -- an unknown token, or one whose record is damaged, settles nothing and
 -- reports its IDs lost.
--- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, ARG (a
+-- Raises (before any write): WRONGTYPE, ARG (a
 -- malformed list, or a move without a target).
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_CLAIMED, K_BODIES, K_DELIVERIES,
-  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local results = tonumber(ARGV[2])
 if not results or results < 0 or #KEYS - results ~= FIXED_KEYS then fail('ARG', 'result count') end
 
--- Validate the expiries and every settlement before the first write.
+-- Validate the expiries and every settlement, and plan every settlement
+-- (reads only), before the first write.
 for i = 0, results - 1 do
   local px = ARGV[4 + 2 * i]
   if px == nil or (px ~= '' and not string.find(px, '^[1-9]%d*$')) then fail('ARG', 'expiry ' .. tostring(px)) end
 end
-local groups = {}
+local groups, plans = {}, {}
 local at = 3 + 2 * results
 while at <= #ARGV do
   local token, mode, target, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   if not n or n < 0 or at + 3 + n > #ARGV then fail('ARG', 'settlement of ' .. token) end
   check_mode(mode)
+  local ids = {}
+  for i = 1, n do ids[i] = ARGV[at + 3 + i] end
   -- A damaged reservation record must not hold back the other tasks of the
   -- batch: its IDs are reported lost, and recovery deals with the token.
   local readable, record = pcall(read_record, token)
-  if not readable then record = nil end
-  if record then target = settle_target(record, mode, target) end
-  local ids = {}
-  for i = 1, n do ids[i] = ARGV[at + 3 + i] end
-  groups[#groups + 1] = {token = token, mode = mode, target = target, record = record, ids = ids}
+  local group = {lost = n}
+  if readable and record then
+    group.plan = settle_plan(token, record, mode, settle_target(record, mode, target), ids)
+    plans[#plans + 1] = group.plan
+  end
+  groups[#groups + 1] = group
   at = at + 4 + n
 end
+local emptied = settle_prepare(plans)
 
 for i = 0, results - 1 do
   local value, px = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
@@ -50,11 +53,10 @@ end
 
 local out = {}
 for _, group in ipairs(groups) do
-  local settled, lost = 0, #group.ids
-  if group.record then
-    settled, lost = settle_ids(group.token, group.record, group.mode, group.target, group.ids)
-  end
+  local settled, lost = 0, group.lost
+  if group.plan then settled, lost = settle_apply(group.plan) end
   out[#out + 1] = settled
   out[#out + 1] = lost
 end
+for _, queue in ipairs(emptied) do redis.call('ZREM', K_QUEUES, queue) end
 return out

@@ -5,9 +5,8 @@
 -- ARGV: 1 wake prefix, 2 queue, 3.. 19-digit ids.
 -- Returns: number of messages deleted.
 -- Raises (before any write): RESERVED when one of the IDs is reserved.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
-  K_BODIES, K_DELIVERIES})
 local queue = ARGV[2]
+check_keys({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES, K_DELIVERIES})
 for i = 3, #ARGV do
   if redis.call('ZSCORE', K_RESERVED, mem(queue, ARGV[i])) then
     fail('RESERVED', 'message ' .. ARGV[i] .. ' is reserved')

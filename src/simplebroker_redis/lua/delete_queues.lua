@@ -6,9 +6,8 @@
 --       3.. queue names.
 -- Returns: number of messages deleted.
 -- Raises (before any write): RESERVED when a selected message is reserved.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
-  K_BODIES, K_DELIVERIES})
 local before = ARGV[2]
+check_keys({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES, K_DELIVERIES})
 for i = 3, #ARGV do
   local lo, hi = bounds(ARGV[i], '', before)
   if redis.call('ZRANGE', K_RESERVED, lo, hi, 'BYLEX', 'LIMIT', 0, 1)[1] then

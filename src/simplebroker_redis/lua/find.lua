@@ -1,13 +1,12 @@
 -- find.lua: literal body-substring search over one queue, in ID order, one
 -- bounded chunk per call so a large queue never blocks the server.
--- uses: guard, members
+-- uses: members
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 needle, 4 ids still wanted, 5 after ('' or
 --       19 digits, exclusive; the resume cursor), 6 before, 7 '1' to include
 --       claimed messages, 8 chunk size.
 -- Returns: {cursor, id1, id2, ...}; cursor is the last examined id when the
 -- scan should continue, '' when it is complete.
-check_ns({K_PENDING, K_RESERVED, K_DELAYED, K_CLAIMED, K_BODIES})
 local queue, needle, wanted = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local chunk = tonumber(ARGV[8])
 local sources = {K_PENDING, K_RESERVED, K_DELAYED}

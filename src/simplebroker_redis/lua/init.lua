@@ -3,10 +3,13 @@
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 mode: 'init' creates meta when absent, 'check' only
 --       validates.
--- Returns: 'created' (init made meta), 'ready' (valid meta), or 'absent'
---          ('check' on an empty namespace).
+-- Returns: 'created' (init made meta), 'ready' (valid meta), 'absent'
+--          ('check' on an empty namespace), or 'damaged' (meta is not a
+--          hash: every operation that reads it reports the damage itself,
+--          at once, as DataError).
 -- Raises: FOREIGN when meta is missing but message keys exist, or meta
---         belongs to something else; SCHEMA; WRONGTYPE for any fixed key.
+--         belongs to something else; SCHEMA. The types of the other keys
+--         are checked by the operations that touch them, not here.
 --         (The schedules hash may exist before the namespace does.)
 local mode = ARGV[2]
 local kind = redis.call('TYPE', K_META)['ok']
@@ -21,5 +24,6 @@ if kind == 'none' then
     'last_ts', ZERO_ID, 'alias_version', '0')
   return 'created'
 end
-check_ns(OTHER_KEYS)
+if kind ~= 'hash' then return 'damaged' end
+namespace_meta()
 return 'ready'

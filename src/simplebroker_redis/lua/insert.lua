@@ -6,12 +6,14 @@
 --       (queue, 19-digit id, body) from ARGV[3].
 -- Returns: number of messages inserted.
 -- Raises (before any write): DUPLICATE when an ID is already stored.
-check_ns({K_QUEUES, K_PENDING, K_BODIES})
 local required = ARGV[2]
+-- Reads first (each also refuses a wrong-typed key).
+local floor = high_water(namespace_meta('last_ts'))
 for i = 3, #ARGV, 3 do
   if redis.call('HEXISTS', K_BODIES, ARGV[i + 1]) == 1 then fail('DUPLICATE', ARGV[i + 1]) end
 end
-local queues = {}
+check_keys({K_QUEUES, K_PENDING})
+local queues, order = {}, {}
 local count = 0
 for i = 3, #ARGV, 3 do
   local queue, id = ARGV[i], ARGV[i + 1]
@@ -19,10 +21,11 @@ for i = 3, #ARGV, 3 do
   redis.call('ZADD', K_PENDING, 0, mem(queue, id))
   if not queues[queue] then
     queues[queue] = true
+    order[#order + 1] = queue
     register(queue)
   end
   count = count + 1
 end
-if required > last_ts() then redis.call('HSET', K_META, 'last_ts', required) end
-for queue, _ in pairs(queues) do wake(queue) end
+if required > floor then redis.call('HSET', K_META, 'last_ts', required) end
+for _, queue in ipairs(order) do wake(queue) end
 return count

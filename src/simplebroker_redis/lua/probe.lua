@@ -1,12 +1,11 @@
 -- probe.lua: cheap read-only questions about one queue.
--- uses: guard, members
+-- uses: members
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 question: 'pending' (any pending message with id
 --       above ARGV[4] when given), 'latest' (newest pending id), 'exists' (any
 --       message at all, claimed included); 3 queue, 4 after ('' none).
 -- Returns: 1/0 for 'pending' and 'exists'; a 19-digit id or false for
 --          'latest'.
-check_ns({K_PENDING, K_RESERVED, K_DELAYED, K_CLAIMED})
 local question, queue = ARGV[2], ARGV[3]
 local sources = {K_PENDING, K_RESERVED, K_DELAYED}
 if question == 'exists' then

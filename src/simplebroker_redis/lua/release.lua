@@ -7,11 +7,10 @@
 --       5.. 19-digit ids, or a single '*' for every ID the token holds.
 -- Returns: number of IDs released (a message past its max deliveries goes to
 -- the token's dead-letter queue and is counted too). Unknown tokens release 0.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_DELIVERIES,
-  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local token = ARGV[2]
 local record = read_record(token)
 if not record then return 0 end
+check_keys(RESERVATION_KEYS)
 local delay = tonumber(ARGV[3])
 local due = 0
 if delay > 0 then due = now_us() + delay end

@@ -8,8 +8,9 @@
 -- does not exist.
 -- Raises (before any write): EXISTS when the new queue exists, RESERVED when
 -- the old queue has reserved messages.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_ALIASES})
 local old, new = ARGV[2], ARGV[3]
+namespace_meta()
+check_keys({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_ALIASES})
 if has_rows(new) then fail('EXISTS', 'Target queue already exists') end
 if first_in(K_RESERVED, old) then fail('RESERVED', 'queue ' .. old .. ' has reserved messages') end
 if not has_rows(old) then return {0, 0} end

@@ -1,19 +1,24 @@
 -- renew.lua: extend the leases of many tokens in one step.
--- uses: guard, reservations, time
+-- uses: guard, bulk, reservations, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 lease in us ('' = each token's own lease length),
 --       3.. tokens.
 -- Returns: the tokens that no longer exist (settled, released or recovered).
 -- Raises (before any write): CORRUPT when any token's record is damaged.
-check_ns({K_TOKENS, K_LEASES})
 -- Read (and so validate) every record before the first write: a damaged
 -- token must not leave the ones before it renewed and the rest not.
+local tokens = {}
+for i = 3, #ARGV do tokens[#tokens + 1] = ARGV[i] end
+local raw = hmget_all(K_TOKENS, tokens)
 local records = {}
-for i = 3, #ARGV do records[i] = read_record(ARGV[i]) end
+for i, token in ipairs(tokens) do
+  if raw[i] then records[i] = decode_record(token, raw[i]) end
+end
+check_keys({K_LEASES})
 local now = now_us()
-local lost = {}
-for i = 3, #ARGV do
-  local token, record = ARGV[i], records[i]
+local lost, encoded, scores = {}, {}, {}
+for i, token in ipairs(tokens) do
+  local record = records[i]
   if not record then
     lost[#lost + 1] = token
   else
@@ -22,9 +27,15 @@ for i = 3, #ARGV do
     if lease >= 0 then
       record.d = string.format('%.0f', now + lease)
       record.l = string.format('%.0f', lease)
-      redis.call('HSET', K_TOKENS, token, cjson.encode(record))
-      redis.call('ZADD', K_LEASES, record.d, token)
+      encoded[#encoded + 1] = token
+      encoded[#encoded + 1] = cjson.encode(record)
+      scores[#scores + 1] = record.d
+      scores[#scores + 1] = token
     end
   end
+end
+hset_all(K_TOKENS, encoded)
+for i = 1, #scores, 2 * CHUNK do
+  redis.call('ZADD', K_LEASES, unpack(scores, i, math.min(i + 2 * CHUNK - 1, #scores)))
 end
 return lost

@@ -12,18 +12,10 @@
 -- Returns: {created_us, deadline_us ('-1' none), next_due_in_us ('-1' none),
 --           id1, body1, deliveries1, ...}; no items when nothing was pending.
 -- Raises: TOKEN when the token already exists.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES,
-  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES, K_DELIVERIES})
 local queue, token, limit, lease = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local after, before, exact = ARGV[7], ARGV[8], ARGV[9]
 if redis.call('HEXISTS', K_TOKENS, token) == 1 then fail('TOKEN', 'token ' .. token .. ' is in use') end
-local now = upkeep()
-
-local function next_due()
-  local first = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
-  if first[2] then return string.format('%.0f', math.max(0, tonumber(first[2]) - now)) end
-  return '-1'
-end
+local now, next_due = upkeep()
 
 local members
 if exact ~= '' then
@@ -35,25 +27,36 @@ else
 end
 local deadline = -1
 if lease >= 0 then deadline = now + lease end
-local head = {string.format('%.0f', now), string.format('%.0f', deadline), next_due()}
+local due_in = '-1'
+if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
+local head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
 if #members == 0 then
   maintain(ARGV[13])
   return head
 end
 
+-- Reads (each also refuses a wrong-typed key), then the keys written unread.
 local bodies = bodies_of(members)
-for _, member in ipairs(members) do delivery_count(mid(member)) end
-zrem_all(K_PENDING, members)
+local ids = ids_of(members)
+local counts = delivery_counts(ids)
+check_keys({K_OWNERS, K_TOKEN_IDS, K_LEASES})
+
+-- The first write: a wrong-typed reserved set fails here, before anything changed.
 zadd_all(K_RESERVED, members)
-local links = {}
-for i, member in ipairs(members) do
-  local id = mid(member)
-  redis.call('HSET', K_OWNERS, id, token)
+zrem_all(K_PENDING, members)
+local owners, links, delivered = {}, {}, {}
+for i, id in ipairs(ids) do
+  owners[#owners + 1] = id
+  owners[#owners + 1] = token
+  delivered[#delivered + 1] = id
+  delivered[#delivered + 1] = counts[i] + 1
   links[i] = token .. ' ' .. id
   head[#head + 1] = id
   head[#head + 1] = bodies[i]
-  head[#head + 1] = redis.call('HINCRBY', K_DELIVERIES, id, 1)
+  head[#head + 1] = counts[i] + 1
 end
+hset_all(K_OWNERS, owners)
+hset_all(K_DELIVERIES, delivered)
 zadd_all(K_TOKEN_IDS, links)
 redis.call('HSET', K_TOKENS, token, cjson.encode({
   q = queue, t = ARGV[6], c = head[1], d = head[2], l = ARGV[5],

@@ -4,8 +4,7 @@
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix.
 -- Returns: {old last_ts, new last_ts}; the mark never moves down.
-check_ns({K_BODIES})
-local old = last_ts()
+local old = high_water(namespace_meta('last_ts'))
 local highest = old
 for _, id in ipairs(redis.call('HKEYS', K_BODIES)) do
   if id > highest then highest = id end

@@ -2,7 +2,7 @@
 -- consumed (claimed, kept until vacuum), 'delete' removes them, 'move' makes
 -- them pending in a target queue (same IDs). The token disappears once it
 -- holds no more IDs.
--- uses: guard, reservations
+-- uses: reservations
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token, 3 mode ('claim'|'delete'|'move'), 4 target
 --       ('' = the target recorded at reserve time), 5.. 19-digit ids, or a
@@ -12,8 +12,6 @@
 -- Returns: {settled, lost}: `lost` counts requested IDs the token no longer
 -- holds (recovered after lease expiry, or never reserved by it). An unknown
 -- token settles nothing and reports every requested ID (or -1 for '*') lost.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_CLAIMED, K_BODIES, K_DELIVERIES,
-  K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
 local token, mode = ARGV[2], ARGV[3]
 check_mode(mode)
 local record = read_record(token)

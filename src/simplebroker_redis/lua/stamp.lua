@@ -5,7 +5,6 @@
 -- ARGV: 1 wake prefix, 2 candidate ID (client clock, 19 digits).
 -- Returns: the allocated 19-digit ID.
 -- Raises (before any write): CLOCK, IDCONFLICT, IDRANGE (see allocate()).
-check_ns({K_BODIES})
-local id = allocate({ARGV[2]}, 1)[1]
+local id = allocate({ARGV[2]}, 1, high_water(namespace_meta('last_ts')))[1]
 redis.call('HSET', K_META, 'last_ts', id)
 return id

@@ -1,11 +1,10 @@
 -- stats.lua: per-queue counts. Pending includes reserved and delayed messages
 -- (not yet consumed); claimed are consumed messages awaiting vacuum.
--- uses: guard, members
+-- uses: members
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 mode: 'one' (ARGV[3] = queue), 'all', or 'range'
 --       (registered queues in the lex range ARGV[3]..ARGV[4]).
 -- Returns: flat {queue, pending, claimed, ...} sorted by queue name.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_CLAIMED})
 local mode = ARGV[2]
 local queues
 if mode == 'one' then

@@ -6,13 +6,16 @@
 --       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
 --       7 maintenance spec ('' when not due; see maintain() in lib/upkeep.lua).
 -- Returns: the committed 19-digit message ID.
--- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK
+-- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA, WRONGTYPE, CLOCK
 -- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest
 -- would displace a reserved message), CORRUPT (a displaced message has no
 -- body). The wake-up is published inside the script, after the insert.
-check_ns({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED, K_BODIES})
 local queue, body, keep, delay = ARGV[2], ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6])
-local id = allocate({ARGV[4]}, 1)[1]
+-- Reads first (each also refuses a wrong-typed key): meta, the candidate ID
+-- in bodies, the queue in the registry.
+local floor = high_water(namespace_meta('last_ts'))
+local id = allocate({ARGV[4]}, 1, floor)[1]
+local registered = redis.call('ZSCORE', K_QUEUES, queue)
 
 local displaced = {}
 if keep > 0 then
@@ -42,17 +45,20 @@ if keep > 0 then
       end
     end
   end
+  check_keys({K_CLAIMED, K_DUE})
 end
 
 local member = mem(queue, id)
-redis.call('HSET', K_BODIES, id, body)
 if delay > 0 then
+  check_keys({K_DELAYED, K_DUE})
   redis.call('ZADD', K_DELAYED, 0, member)
   redis.call('ZADD', K_DUE, string.format('%.0f', now_us() + delay), member)
 else
+  -- The first write: a wrong-typed pending set fails here, before anything changed.
   redis.call('ZADD', K_PENDING, 0, member)
 end
-register(queue)
+redis.call('HSET', K_BODIES, id, body)
+if not registered then register(queue) end
 redis.call('HSET', K_META, 'last_ts', id)
 if displaced.pending and #displaced.pending > 0 then
   zrem_all(K_PENDING, displaced.pending)

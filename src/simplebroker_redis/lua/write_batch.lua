@@ -8,36 +8,49 @@
 -- the first; see allocate() in lib/ids.lua).
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA/WRONGTYPE, CLOCK,
 -- IDCONFLICT, IDRANGE. One wake-up is published per queue written.
-check_ns({K_QUEUES, K_PENDING, K_DELAYED, K_DUE, K_BODIES})
 local count = (#ARGV - 2) / 3
 if count < 1 or count ~= math.floor(count) then fail('ARG', 'expected (queue, body, delay) triples') end
-local ids = allocate({ARGV[2]}, count)
-local now = nil
-local queues, order = {}, {}
-local fields, pending = {}, {}
+-- Reads first (each also refuses a wrong-typed key): meta and the candidate
+-- ID in bodies; the queues of the batch in the registry.
+local ids = allocate({ARGV[2]}, count, high_water(namespace_meta('last_ts')))
+local queues, order, delayed = {}, {}, false
 for i = 1, count do
-  local at = 3 * i
-  local queue, delay = ARGV[at], tonumber(ARGV[at + 2])
-  local member = mem(queue, ids[i])
-  fields[#fields + 1] = ids[i]
-  fields[#fields + 1] = ARGV[at + 1]
-  if delay > 0 then
-    now = now or now_us()
-    redis.call('ZADD', K_DELAYED, 0, member)
-    redis.call('ZADD', K_DUE, string.format('%.0f', now + delay), member)
-  else
-    pending[#pending + 1] = member
-  end
+  local queue = ARGV[3 * i]
   if not queues[queue] then
     queues[queue] = true
     order[#order + 1] = queue
   end
+  if tonumber(ARGV[3 * i + 2]) > 0 then delayed = true end
 end
-for i = 1, #fields, 2 * CHUNK do
-  redis.call('HSET', K_BODIES, unpack(fields, i, math.min(i + 2 * CHUNK - 1, #fields)))
+local known = zmscore_all(K_QUEUES, order)
+if delayed then check_keys({K_DELAYED, K_DUE}) end
+
+local fields, pending, later = {}, {}, {}
+for i = 1, count do
+  local at = 3 * i
+  local member = mem(ARGV[at], ids[i])
+  fields[#fields + 1] = ids[i]
+  fields[#fields + 1] = ARGV[at + 1]
+  if tonumber(ARGV[at + 2]) > 0 then
+    later[#later + 1] = i
+  else
+    pending[#pending + 1] = member
+  end
 end
+-- The first write: a wrong-typed pending set fails here, before anything changed.
 zadd_all(K_PENDING, pending)
-for _, queue in ipairs(order) do register(queue) end
+if #later > 0 then
+  local now = now_us()
+  for _, i in ipairs(later) do
+    local member = mem(ARGV[3 * i], ids[i])
+    redis.call('ZADD', K_DELAYED, 0, member)
+    redis.call('ZADD', K_DUE, string.format('%.0f', now + tonumber(ARGV[3 * i + 2])), member)
+  end
+end
+hset_all(K_BODIES, fields)
+for i, queue in ipairs(order) do
+  if not known[i] then register(queue) end
+end
 redis.call('HSET', K_META, 'last_ts', ids[count])
 for _, queue in ipairs(order) do wake(queue) end
 return ids

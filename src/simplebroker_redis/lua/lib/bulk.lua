@@ -14,9 +14,19 @@ local function zadd_all(key, members)
   end
 end
 
+-- ZREM of many members, chunked; returns how many were removed.
 local function zrem_all(key, members)
+  local removed = 0
   for i = 1, #members, CHUNK do
-    redis.call('ZREM', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+    removed = removed + redis.call('ZREM', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+  end
+  return removed
+end
+
+-- HSET of a flat {field1, value1, field2, value2, ...} list, chunked.
+local function hset_all(key, pairs_list)
+  for i = 1, #pairs_list, 2 * CHUNK do
+    redis.call('HSET', key, unpack(pairs_list, i, math.min(i + 2 * CHUNK - 1, #pairs_list)))
   end
 end
 
@@ -66,6 +76,26 @@ local function id_body_pairs(members, bodies)
   for i, member in ipairs(members) do
     out[#out + 1] = mid(member)
     out[#out + 1] = bodies[i]
+  end
+  return out
+end
+
+-- HMGET of many fields, chunked; missing fields are false.
+local function hmget_all(key, fields)
+  local out = {}
+  for i = 1, #fields, CHUNK do
+    local got = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+    for j = 1, #got do out[#out + 1] = got[j] end
+  end
+  return out
+end
+
+-- ZMSCORE of many members, chunked; members not in the set are false.
+local function zmscore_all(key, members)
+  local out = {}
+  for i = 1, #members, CHUNK do
+    local got = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+    for j = 1, #got do out[#out + 1] = got[j] end
   end
   return out
 end

@@ -1,15 +1,18 @@
--- lib/guard.lua: errors, and the checks every script makes before it writes.
+-- lib/guard.lua: errors, and the checks a script makes before its first write.
 -- uses: (nothing but the prelude)
 --
 -- Errors are raised as "SBR_<CODE> <detail>" and translated by errors.py,
--- whose SCRIPT_ERRORS table lists every code. Every script validates
--- before its first write, so a raised error never leaves a partial change.
+-- whose SCRIPT_ERRORS table lists every code. A script never writes before
+-- it has validated its input and refused damaged data, so a raised error
+-- never leaves a partial change. A key of the wrong type is refused by the
+-- first command that touches it: a read before any write, the script's
+-- first write itself, or check_keys() for a key written without being read.
 
 local function fail(code, detail)
   error({err = 'SBR_' .. code .. ' ' .. (detail or '')})
 end
 
--- Reject keys of the wrong type before anything is written.
+-- Reject keys of the wrong type (one TYPE each).
 local function check_keys(list)
   for _, key in ipairs(list) do
     local kind = redis.call('TYPE', key)['ok']
@@ -19,13 +22,16 @@ local function check_keys(list)
   end
 end
 
--- Verify the namespace is initialized by this product and schema, then types.
-local function check_ns(list)
-  local kind = redis.call('TYPE', K_META)['ok']
-  if kind == 'none' then fail('UNINITIALIZED', K_META) end
-  if kind ~= 'hash' then fail('WRONGTYPE', K_META .. ' holds a ' .. kind .. ', expected a hash') end
-  local meta = redis.call('HMGET', K_META, 'magic', 'schema_version')
-  if meta[1] ~= MAGIC then fail('FOREIGN', K_META .. ' magic is ' .. tostring(meta[1])) end
-  if meta[2] ~= SCHEMA then fail('SCHEMA', tostring(meta[2])) end
-  check_keys(list)
+-- Refuse a namespace that is not ours (or not initialized), and return the
+-- meta fields asked for: one HMGET, which also refuses a wrong-typed meta.
+-- A meta record without magic is UNINITIALIZED: the runner then runs
+-- init.lua, which creates it, or reports FOREIGN for a record not ours.
+local function namespace_meta(...)
+  local got = redis.call('HMGET', K_META, 'magic', 'schema_version', ...)
+  if got[1] ~= MAGIC then
+    if not got[1] then fail('UNINITIALIZED', K_META) end
+    fail('FOREIGN', K_META .. ' magic is ' .. tostring(got[1]))
+  end
+  if got[2] ~= SCHEMA then fail('SCHEMA', tostring(got[2])) end
+  return unpack(got, 3)
 end

@@ -24,9 +24,10 @@ local function id_incr(id)
   return string.char(unpack(digits))
 end
 
--- The durable high-water mark; raises CORRUPT unless it is an ID.
-local function last_ts()
-  local value = redis.call('HGET', K_META, 'last_ts') or ZERO_ID
+-- The durable high-water mark as read from meta (false when absent); raises
+-- CORRUPT unless it is an ID. Scripts read it with namespace_meta('last_ts').
+local function high_water(value)
+  value = value or ZERO_ID
   if #value ~= ID_WIDTH or not string.find(value, '^%d+$') then
     fail('CORRUPT', K_META .. ' last_ts is not a ' .. ID_WIDTH .. '-digit message ID')
   end
@@ -41,13 +42,12 @@ end
 -- writes in one round trip. A single ID whose logical counter would overflow
 -- fails with CLOCK, as SimpleBroker's generator does; a multi-ID allocation
 -- may borrow the following 4.096 us grains. Beyond the candidates given,
--- IDs are consecutive.
-local function allocate(candidates, count)
+-- IDs are consecutive. `floor` is the high-water mark (see high_water()).
+local function allocate(candidates, count, floor)
   for i, candidate in ipairs(candidates) do
     if i > 1 and candidate <= candidates[i - 1] then fail('DUPCANDIDATE', candidate) end
     if redis.call('HEXISTS', K_BODIES, candidate) == 1 then fail('IDCONFLICT', candidate) end
   end
-  local floor = last_ts()
   local ids = {}
   for i = 1, count do
     local candidate = candidates[i]

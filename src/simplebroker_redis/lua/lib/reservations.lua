@@ -6,9 +6,25 @@
 -- d, l, m, x} (queue, move target, created us, deadline us or -1, lease us,
 -- max deliveries, dead-letter queue), token_ids holds "<token> <id>" per
 -- reserved id, owners[id] = token, and leases scores the token by deadline.
+--
+-- Settling and releasing are planned first (every read, which also refuses
+-- a wrong-typed key) and applied after (writes), so a script that settles
+-- several tokens validates all of them before its first write.
+
+-- Keys a reservation change writes; the script checks their types first.
+local RESERVATION_KEYS = {K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
+  K_BODIES, K_DELIVERIES, K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES}
+
+local function token_lo(token) return '[' .. token .. ' ' end
+local function token_hi(token) return '(' .. token .. '!' end
 
 local function token_members(token)
-  return redis.call('ZRANGE', K_TOKEN_IDS, '[' .. token .. ' ', '(' .. token .. '!', 'BYLEX')
+  return redis.call('ZRANGE', K_TOKEN_IDS, token_lo(token), token_hi(token), 'BYLEX')
+end
+
+-- How many IDs the token links (reads token_ids before any write).
+local function token_links(token)
+  return redis.call('ZLEXCOUNT', K_TOKEN_IDS, token_lo(token), token_hi(token))
 end
 
 local function drop_token(token)
@@ -16,19 +32,9 @@ local function drop_token(token)
   redis.call('ZREM', K_LEASES, token)
 end
 
--- Forget the token once it holds no more IDs.
-local function drop_token_if_empty(token)
-  if not redis.call('ZRANGE', K_TOKEN_IDS, '[' .. token .. ' ', '(' .. token .. '!',
-      'BYLEX', 'LIMIT', 0, 1)[1] then
-    drop_token(token)
-  end
-end
-
--- Decode a token's record. Returns nil when the token does not exist, and
--- raises CORRUPT when the record is damaged (not JSON, or fields missing).
-local function read_record(token)
-  local raw = redis.call('HGET', K_TOKENS, token)
-  if not raw then return nil end
+-- Decode the record `raw` of a token; raises CORRUPT when it is damaged
+-- (not JSON, or fields missing).
+local function decode_record(token, raw)
   local ok, record = pcall(cjson.decode, raw)
   if not ok or type(record) ~= 'table' or type(record.q) ~= 'string'
     or tonumber(record.d) == nil or tonumber(record.l) == nil then
@@ -37,15 +43,25 @@ local function read_record(token)
   return record
 end
 
--- A message's delivery count; raises CORRUPT when it is not a count.
-local function delivery_count(id)
-  local raw = redis.call('HGET', K_DELIVERIES, id)
-  if not raw then return 0 end
-  local count = tonumber(raw)
-  if not count or count < 0 or count ~= math.floor(count) then
-    fail('CORRUPT', 'message ' .. id .. ' has a damaged delivery count')
+-- Read and decode a token's record; nil when the token does not exist.
+local function read_record(token)
+  local raw = redis.call('HGET', K_TOKENS, token)
+  if not raw then return nil end
+  return decode_record(token, raw)
+end
+
+-- Delivery counts of `ids` (one HMGET); raises CORRUPT for one that is not a count.
+local function delivery_counts(ids)
+  local raw = hmget_all(K_DELIVERIES, ids)
+  local counts = {}
+  for i, id in ipairs(ids) do
+    local count = tonumber(raw[i] or '0')
+    if not count or count < 0 or count ~= math.floor(count) then
+      fail('CORRUPT', 'message ' .. id .. ' has a damaged delivery count')
+    end
+    counts[i] = count
   end
-  return count
+  return counts
 end
 
 -- Raise ARG unless `mode` is a settlement mode.
@@ -74,45 +90,106 @@ local function selected_ids(token, first)
   return ids
 end
 
--- Settle `ids` of a token whose `record` was read: 'claim' marks them
--- consumed, 'delete' removes them, 'move' makes them pending in `target`.
--- IDs the token no longer holds are counted as lost and left alone. The
--- caller validated mode and target. Returns settled, lost.
-local function settle_ids(token, record, mode, target, ids)
-  local queue = record.q
-  local done, drop, lost = {}, {}, 0
-  for _, id in ipairs(ids) do
-    if redis.call('HGET', K_OWNERS, id) == token
-      and redis.call('ZSCORE', K_RESERVED, mem(queue, id)) then
-      done[#done + 1] = id
-      drop[#drop + 1] = token .. ' ' .. id
-    else
-      lost = lost + 1
-    end
-  end
+-- The IDs of `ids` that `token` still holds in `queue`, in order (reads
+-- owners and reserved).
+local function held_ids(token, queue, ids)
+  if #ids == 0 then return {} end
+  local owners = hmget_all(K_OWNERS, ids)
   local members = {}
-  for i, id in ipairs(done) do members[i] = mem(queue, id) end
-  zrem_all(K_RESERVED, members)
-  hdel_all(K_OWNERS, done)
-  zrem_all(K_TOKEN_IDS, drop)
-  if mode == 'claim' then
-    zadd_all(K_CLAIMED, members)
-  elseif mode == 'delete' then
-    hdel_all(K_BODIES, done)
-    hdel_all(K_DELIVERIES, done)
-    unregister_if_empty(queue)
-  else
-    local moved = {}
-    for i, id in ipairs(done) do moved[i] = mem(target, id) end
-    zadd_all(K_PENDING, moved)
-    if #moved > 0 then
-      register(target)
-      wake(target)
-    end
-    unregister_if_empty(queue)
+  for i, id in ipairs(ids) do members[i] = mem(queue, id) end
+  local reserved = zmscore_all(K_RESERVED, members)
+  local held = {}
+  for i, id in ipairs(ids) do
+    if owners[i] == token and reserved[i] then held[#held + 1] = id end
   end
-  drop_token_if_empty(token)
-  return #done, lost
+  return held
+end
+
+-- Whether `queue` still holds a message once `leaving` of its reserved
+-- messages are gone (reads only; call before the writes).
+local function keeps_rows(queue, leaving)
+  return first_in(K_PENDING, queue) or first_in(K_DELAYED, queue)
+    or first_in(K_CLAIMED, queue) or lexcount(K_RESERVED, queue) > leaving
+end
+
+-- Plan the settlement of `ids` of a token whose `record` was read (reads
+-- only): 'claim' marks them consumed, 'delete' removes them, 'move' makes
+-- them pending in `target`. IDs the token no longer holds are lost.
+local function settle_plan(token, record, mode, target, ids)
+  local done = held_ids(token, record.q, ids)
+  return {token = token, queue = record.q, mode = mode, target = target, done = done,
+    lost = #ids - #done}
+end
+
+-- Check every key the plans write without having read it, count each
+-- token's links (shared by its plans), and decide which source queues lose
+-- their last message (per queue, over all plans). Returns the queues to
+-- unregister.
+local function settle_prepare(plans)
+  local leaving, kept, modes, links = {}, {}, {}, {}
+  for _, plan in ipairs(plans) do
+    if not links[plan.token] then links[plan.token] = {left = token_links(plan.token)} end
+    plan.links = links[plan.token]
+    if #plan.done > 0 then
+      modes[plan.mode] = true
+      if plan.mode == 'claim' then
+        kept[plan.queue] = true
+      else
+        if plan.mode == 'move' then kept[plan.target] = true end
+        leaving[plan.queue] = (leaving[plan.queue] or 0) + #plan.done
+      end
+    end
+  end
+  local emptied = {}
+  for queue, count in pairs(leaving) do
+    if not kept[queue] and not keeps_rows(queue, count) then emptied[#emptied + 1] = queue end
+  end
+  local checks = {K_LEASES}
+  if modes.claim then checks[#checks + 1] = K_CLAIMED end
+  if modes.delete then
+    checks[#checks + 1] = K_BODIES
+    checks[#checks + 1] = K_DELIVERIES
+  end
+  if modes.move then checks[#checks + 1] = K_PENDING end
+  if modes.move or #emptied > 0 then checks[#checks + 1] = K_QUEUES end
+  check_keys(checks)
+  return emptied
+end
+
+-- Apply a settlement plan (writes only). Returns settled, lost.
+local function settle_apply(plan)
+  local token, queue, done = plan.token, plan.queue, plan.done
+  if #done > 0 then
+    local members, links = {}, {}
+    for i, id in ipairs(done) do
+      members[i] = mem(queue, id)
+      links[i] = token .. ' ' .. id
+    end
+    zrem_all(K_RESERVED, members)
+    hdel_all(K_OWNERS, done)
+    plan.links.left = plan.links.left - zrem_all(K_TOKEN_IDS, links)
+    if plan.mode == 'claim' then
+      zadd_all(K_CLAIMED, members)
+    elseif plan.mode == 'delete' then
+      hdel_all(K_BODIES, done)
+      hdel_all(K_DELIVERIES, done)
+    else
+      local moved = {}
+      for i, id in ipairs(done) do moved[i] = mem(plan.target, id) end
+      zadd_all(K_PENDING, moved)
+      register(plan.target)
+      wake(plan.target)
+    end
+  end
+  if plan.links.left <= 0 then drop_token(token) end
+  return #done, plan.lost
+end
+
+-- Settle one token (settle.lua); see settle_plan.
+local function settle_ids(token, record, mode, target, ids)
+  local plan = settle_plan(token, record, mode, target, ids)
+  for _, queue in ipairs(settle_prepare({plan})) do redis.call('ZREM', K_QUEUES, queue) end
+  return settle_apply(plan)
 end
 
 -- Return reserved `ids` of a token to pending, or to delayed until `due`
@@ -120,19 +197,14 @@ end
 -- never release a newer reservation of the same message. `undeliver` takes
 -- back the delivery count (the messages never reached a handler). A message
 -- that used up the record's max deliveries goes to its dead-letter queue.
--- Validates everything before its first write. Returns the number moved.
+-- The caller checked the types of RESERVATION_KEYS. Returns the number moved.
 local function release_ids(token, record, ids, due, undeliver)
   local queue = record.q
   local max_deliveries = tonumber(record.m or '0') or 0
-  local owned, counts, drop = {}, {}, {}
-  for _, id in ipairs(ids) do
-    if redis.call('HGET', K_OWNERS, id) == token
-      and redis.call('ZSCORE', K_RESERVED, mem(queue, id)) then
-      owned[#owned + 1] = id
-      counts[#owned] = delivery_count(id)
-    end
-    drop[#drop + 1] = token .. ' ' .. id
-  end
+  local owned = held_ids(token, queue, ids)
+  local counts = delivery_counts(owned)
+  local drop = {}
+  for i, id in ipairs(ids) do drop[i] = token .. ' ' .. id end
   local moved, dead = {}, {}
   for i, id in ipairs(owned) do
     local member = mem(queue, id)
@@ -168,7 +240,10 @@ local function release_ids(token, record, ids, due, undeliver)
     unregister_if_empty(queue)
     wake(record.x)
   end
-  drop_token_if_empty(token)
+  if not redis.call('ZRANGE', K_TOKEN_IDS, token_lo(token), token_hi(token),
+      'BYLEX', 'LIMIT', 0, 1)[1] then
+    drop_token(token)
+  end
   return #moved + #dead
 end
 
@@ -192,11 +267,13 @@ end
 -- record. A damaged token raises CORRUPT, unless `lenient` (the upkeep that
 -- starts every claim), which skips it so one bad record cannot stop every
 -- reader of the namespace; each token validates before it writes, so a
--- skipped token changed nothing. Returns {IDs released, tokens, more left}.
+-- skipped token changed nothing. The types of every key are checked before
+-- the first token is touched. Returns {IDs released, tokens, more left}.
 local function recover_expired(now, queue, max_tokens, lenient)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
     'BYSCORE', 'LIMIT', 0, max_tokens)
   local released, recovered = 0, 0
+  if #tokens > 0 then check_keys(RESERVATION_KEYS) end
   for _, token in ipairs(tokens) do
     local ok, got
     if lenient then

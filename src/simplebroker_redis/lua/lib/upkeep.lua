@@ -1,20 +1,26 @@
 -- lib/upkeep.lua: promoting due delayed messages, vacuum of claimed messages,
 -- and the opportunistic upkeep and maintenance that ride on other scripts.
--- uses: members, bulk, reservations, time
+-- uses: guard, members, bulk, reservations, time
 
--- Make delayed messages whose due time has passed claimable again.
+-- Make delayed messages whose due time has passed claimable again (up to
+-- `limit`). Returns the due time (server us, a string) of the next delayed
+-- message still waiting, or false when none waits. One read when nothing is
+-- due.
 local function promote_due(now, limit)
-  local members = redis.call('ZRANGE', K_DUE, '-inf', string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, limit)
-  if #members == 0 then return 0 end
+  local first = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  if not first[2] or tonumber(first[2]) > now then return first[2] or false end
+  local members = redis.call('ZRANGE', K_DUE, '-inf', string.format('%.0f', now), 'BYSCORE',
+    'LIMIT', 0, limit)
+  check_keys({K_PENDING, K_DELAYED})
   zrem_all(K_DUE, members)
   zrem_all(K_DELAYED, members)
   zadd_all(K_PENDING, members)
   for _, queue in ipairs(queues_of(members)) do wake(queue) end
-  return #members
+  return redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')[2] or false
 end
 
 -- Delete messages (members of `key`) of one queue: bodies and delivery counts
--- go with them. Caller checks reservations first.
+-- go with them. The caller checked reservations and key types first.
 local function purge(key, members)
   if #members == 0 then return 0 end
   local ids = ids_of(members)
@@ -25,7 +31,8 @@ local function purge(key, members)
   return #members
 end
 
--- Remove up to `batch` claimed messages (oldest queue names first).
+-- Remove up to `batch` claimed messages (oldest queue names first). The
+-- caller checked key types first.
 local function purge_claimed(batch)
   local members = redis.call('ZRANGE', K_CLAIMED, 0, batch - 1)
   local removed = purge(K_CLAIMED, members)
@@ -44,6 +51,7 @@ end
 local function vacuum_step(spec)
   local batch, threshold, limit = string.match(spec, '^(%d+):([%d.]+):(%d+)$')
   if not batch then return end
+  check_keys(RESERVATION_KEYS)
   recover_expired(now_us(), '', 16, true)
   local claimed = redis.call('ZCARD', K_CLAIMED)
   local total = claimed + redis.call('ZCARD', K_PENDING) + redis.call('ZCARD', K_RESERVED)
@@ -59,10 +67,11 @@ end
 
 -- Opportunistic upkeep run at the start of every claim or reservation:
 -- releases up to 16 expired reservations and promotes up to 256 due
--- delayed messages, each a complete transition of its own.
+-- delayed messages, each a complete transition of its own. Three reads when
+-- there is nothing to do. Returns the server time (us) and the due time of
+-- the next delayed message still waiting (false when none).
 local function upkeep()
   local now = now_us()
   recover_expired(now, '', 16, true)
-  promote_due(now, 256)
-  return now
+  return now, promote_due(now, 256)
 end
