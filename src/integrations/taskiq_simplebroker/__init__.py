@@ -8,8 +8,9 @@ and dead-letter tasks that were delivered too often or rejected. See
 ``docs/taskiq.md``.
 """
 
-from .broker import DEFAULT_QUEUE, URL_ENV, SimpleBrokerTaskiqBroker
+from .broker import DEFAULT_QUEUE, SimpleBrokerTaskiqBroker
 from .codec import decode_body, encode_body
+from .connection import URL_ENV
 from .errors import (
     ConfigurationError,
     ResultIsMissingError,

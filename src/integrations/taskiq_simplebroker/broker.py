@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
@@ -20,19 +19,30 @@ from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
+from .connection import URL_ENV, close_runner, make_runner, resolve_url
 from .errors import ConfigurationError
 from .listener import Listener
 from .runtime import Runtime
 
 logger = logging.getLogger("taskiq_simplebroker")
 
-#: Environment variable naming the server when no ``url`` is given.
-URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+# URL_ENV, resolve_url, make_runner and close_runner live in .connection;
+# they stay importable from here for code written against earlier versions.
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_PREFETCH",
+    "DEFAULT_QUEUE",
+    "URL_ENV",
+    "SimpleBrokerTaskiqBroker",
+    "close_runner",
+    "delay_seconds",
+    "make_runner",
+    "resolve_url",
+]
 
 #: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
 DEFAULT_QUEUE: Final[str] = "taskiq"
@@ -52,48 +62,6 @@ DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
 
 #: Deliveries after which a task that never finished goes to the dead-letter queue.
 DEFAULT_MAX_DELIVERIES: Final[int] = 5
-
-
-def resolve_url(url: str | None) -> str:
-    """Return ``url``, or ``$SIMPLEBROKER_REDIS_URL`` when it is None."""
-    if url is not None:
-        return url
-    env = os.environ.get(URL_ENV)
-    if not env:
-        raise ConfigurationError(f"pass url=... or runner=..., or set ${URL_ENV}")
-    return env
-
-
-def make_runner(
-    url: str | None,
-    runner: AsyncRedisRunner | None,
-    namespace: str | None,
-    max_connections: int,
-) -> AsyncRedisRunner:
-    """Return ``runner``, or a new one for ``url`` (shared by the integration's classes)."""
-    if runner is not None:
-        if url is not None:
-            raise ConfigurationError("pass url or runner, not both")
-        if namespace is not None and namespace != runner.keys.namespace:
-            raise ConfigurationError("namespace differs from the runner's namespace")
-        return runner
-    return AsyncRedisRunner(
-        resolve_url(url),
-        namespace=namespace or DEFAULT_NAMESPACE,
-        max_connections=max_connections,
-    )
-
-
-async def close_runner(runner: AsyncRedisRunner) -> None:
-    """Close the running loop's pool of ``runner``; a failure is only logged.
-
-    Shutdown must go on even when closing sockets fails (a server that went
-    away, a connection reset).
-    """
-    try:
-        await runner.aclose()
-    except Exception as exc:  # noqa: BLE001 - see the docstring
-        logger.debug("closing the connection pool failed: %s", exc)
 
 
 def _number(name: str, value: object, *, minimum: float = 0.0) -> float:

@@ -22,9 +22,9 @@ from taskiq.depends.progress_tracker import TaskProgress
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import close_runner, make_runner
 from .codec import decode_body, encode_body
 from .commit import ResultWrite
+from .connection import close_runner, make_runner
 from .errors import ConfigurationError, ResultIsMissingError
 from .runtime import Runtime
 

@@ -21,7 +21,7 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import close_runner, make_runner
+from .connection import close_runner, make_runner
 from .errors import ScheduleError
 
 logger = logging.getLogger("taskiq_simplebroker")
