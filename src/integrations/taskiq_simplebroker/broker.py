@@ -25,7 +25,7 @@ from simplebroker_redis.validation import validate_queue_name
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, resolve_url
 from .errors import ConfigurationError
-from .listener import Listener
+from .listener import TaskListener
 from .runtime import Runtime
 
 logger = logging.getLogger("taskiq_simplebroker")
@@ -177,7 +177,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop)."""
         runtime = self._runtime_here()
-        listener = Listener(
+        listener = TaskListener(
             runtime,
             queue=self.queue,
             prefetch=self.prefetch,

@@ -1,6 +1,6 @@
 """The listen loop: reserve with leases, yield tasks, sleep on wake-ups.
 
-One :class:`Listener` serves one ``broker.listen()`` call. When its buffer
+One :class:`TaskListener` serves one ``broker.listen()`` call. When its buffer
 is empty it reserves as many messages as its prefetch window has room for,
 in one round trip. Once a reservation comes back short (the queue is empty)
 it sleeps on the queue's Pub/Sub wake-up channel (every write, release and
@@ -56,7 +56,7 @@ DUE_SLACK: Final[float] = 0.002
 Messages = tuple[LeasedMessage, ...]
 
 
-class Listener:
+class TaskListener:
     """Reserves messages of one queue and yields them as ``AckableMessage``."""
 
     def __init__(
