@@ -23,8 +23,17 @@ FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
 
 async def test_sigkilled_worker_loses_nothing(start_worker, client, task_log):
     # The broker's default lease settings: the promise is "done within 15 s".
-    victim = start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "victim", "TQ_PREFETCH": "4"})
-    start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "survivor", "TQ_PREFETCH": "4"})
+    # Four at a time each, so both workers get tasks.
+    victim = start_worker(
+        "--max-async-tasks",
+        "4",
+        env={"TQ_LEASE": "default", "TQ_NAME": "victim", "TQ_PREFETCH": "4"},
+    )
+    start_worker(
+        "--max-async-tasks",
+        "4",
+        env={"TQ_LEASE": "default", "TQ_NAME": "survivor", "TQ_PREFETCH": "4"},
+    )
     keys = [f"k{i}" for i in range(24)]
     tasks = [await kiq(client, "record", key, 0.4) for key in keys]
 

@@ -48,7 +48,9 @@ async def _step_at_least(task, step: int) -> bool:
 
 
 async def test_forked_workers_share_the_queue(start_worker, client, task_log):
-    worker = start_worker("--workers", "2", env={"TQ_PREFETCH": "2"})
+    # Each process runs two at a time and reserves two ahead, so one process
+    # cannot take the whole queue before the other one listens.
+    worker = start_worker("--workers", "2", "--max-async-tasks", "2", env={"TQ_PREFETCH": "2"})
     tasks = [await kiq(client, "record", f"k{i}", 0.05) for i in range(24)]
     for task in tasks:
         await task.wait_result(check_interval=0.02, timeout=20)

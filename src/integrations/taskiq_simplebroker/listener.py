@@ -1,12 +1,13 @@
 """The listen loop: reserve with leases, yield tasks, sleep on wake-ups.
 
 One :class:`TaskListener` serves one ``broker.listen()`` call. When its buffer
-is empty it reserves as many messages as its prefetch window has room for,
-in one round trip. Once a reservation comes back short (the queue is empty)
-it sleeps on the queue's Pub/Sub wake-up channel (every write, release and
-recovery publishes there; see :class:`simplebroker_redis.aio.AsyncActivity`)
-until woken, until the next delayed message is due, or for at most
-:data:`IDLE_RECHECK` seconds: there is no polling loop.
+is empty (Taskiq asks for a message only when it has room to run it) it
+reserves up to ``prefetch`` messages in one round trip. Once a reservation
+comes back short (the queue is empty) it sleeps on the queue's Pub/Sub
+wake-up channel (every write, release and recovery publishes there; see
+:class:`simplebroker_redis.aio.AsyncActivity`) until woken, until the next
+delayed message is due, or for at most :data:`IDLE_RECHECK` seconds: there
+is no polling loop.
 
 A redelivered message on its last allowed delivery (``max_deliveries``)
 runs alone: the rest of its reservation is handed back, and it is yielded

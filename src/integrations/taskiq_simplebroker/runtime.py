@@ -45,7 +45,12 @@ class _Mark:
 
 
 class PrefetchWindow:
-    """How many messages one listener holds (fetched, not yet settled) at most.
+    """The messages one listener holds: reserved ahead, running, not yet settled.
+
+    ``size`` bounds the messages reserved *ahead* of Taskiq (fetched, not yet
+    handed to it), so it is the size of a reservation; how many run at once
+    is Taskiq's to bound (``taskiq worker --max-async-tasks``), since its
+    receiver asks for the next message only when it has room for it.
 
     A message on its last allowed delivery is held *alone*: nothing more is
     reserved while it is held, and it is yielded only once every other
@@ -54,14 +59,14 @@ class PrefetchWindow:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.used = 0
+        self.used = 0  #: held messages: buffered, running, not yet settled
         self.alone: int | None = None  #: ID of the message held alone, if any
         self._freed = asyncio.Event()
 
     @property
     def room(self) -> int:
-        """Return how many more messages may be reserved now."""
-        return 0 if self.alone is not None else self.size - self.used
+        """Return how many messages the next reservation may take (the buffer is empty)."""
+        return 0 if self.alone is not None else self.size
 
     def take(self, count: int) -> None:
         """Account for ``count`` newly reserved messages."""
