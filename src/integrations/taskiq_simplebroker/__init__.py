@@ -8,6 +8,8 @@ and dead-letter tasks that were delivered too often or rejected. See
 ``docs/taskiq.md``.
 """
 
+from importlib.metadata import version as _version
+
 from .broker import DEFAULT_QUEUE, SimpleBrokerTaskiqBroker
 from .codec import decode_body, encode_body
 from .connection import URL_ENV
@@ -19,6 +21,9 @@ from .errors import (
 )
 from .result_backend import SimpleBrokerResultBackend
 from .schedule_source import SimpleBrokerScheduleSource
+
+#: Version of the distribution (``simplebroker-redis``) this package ships in.
+__version__ = _version("simplebroker-redis")
 
 __all__ = [
     "DEFAULT_QUEUE",
