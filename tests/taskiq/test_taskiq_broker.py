@@ -26,6 +26,7 @@ from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.errors import translate
 from taskiq_simplebroker import (
     ConfigurationError,
+    DeadLetteredError,
     SimpleBrokerTaskiqBroker,
 )
 from taskiq_simplebroker.errors import is_transient
@@ -131,6 +132,7 @@ async def test_prefetch_bounds_the_read_ahead_not_the_running_tasks(
         await message.ack()
     await listener.aclose()
     await worker.shutdown()
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
 
     assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
 
@@ -303,6 +305,8 @@ async def test_transient_errors_are_told_apart(redis_url, namespace, raw):
         raw.delete(meta)
     assert not is_transient(damaged.value)
     assert not is_transient(ValueError("x"))
+    # A refused password does not fix itself (redis-py makes it a ConnectionError).
+    assert not is_transient(redis.AuthenticationError("invalid password"))
     await runner.aclose()
 
 
@@ -361,6 +365,24 @@ async def test_last_delivery_waits_until_the_listener_is_idle(client, redis_url,
     await last.ack()
     await listener.aclose()
     await worker.shutdown()
+
+
+async def test_a_last_delivery_stopped_at_shutdown_gets_a_dead_letter_result(
+    client, redis_url, namespace, broker
+):
+    leases = Leases(RedisRunner(redis_url, namespace=namespace))
+    task = await kiq(client, "add", 1, 1)
+    redeliver(leases, "taskiq", 1)  # a worker died running it once
+    worker = make_broker(redis_url, namespace, max_deliveries=2)
+    listener = worker.listen()
+    await take(listener)  # its last allowed delivery...
+    await listener.aclose()
+    await worker.shutdown()  # ... unfinished when the worker stops: dead-lettered
+    [(body, _)] = broker.peek_many("taskiq.dead", 10)
+    assert task.task_id in body
+    result = await task.wait_result(check_interval=0.02, timeout=5)
+    assert result.is_err and isinstance(result.error, DeadLetteredError)
+    assert "after 2 deliveries" in str(result.error)
 
 
 def broker_ids(redis_url: str, namespace: str) -> list[tuple[str, int]]:

@@ -15,6 +15,8 @@ from .codec import decode_body, encode_body
 from .connection import URL_ENV
 from .errors import (
     ConfigurationError,
+    DeadLetteredError,
+    EvictionPolicyError,
     ResultIsMissingError,
     ScheduleError,
     SimpleBrokerTaskiqError,
@@ -29,6 +31,8 @@ __all__ = [
     "DEFAULT_QUEUE",
     "URL_ENV",
     "ConfigurationError",
+    "DeadLetteredError",
+    "EvictionPolicyError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerResultBackend",
