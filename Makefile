@@ -28,11 +28,12 @@ pytest: install
 test: lint typecheck pytest
 
 # A local server for development: the bundled Valkey, AOF with fsync always,
-# data kept in $(SERVER_DIR); it prints its URL and runs until Ctrl-C.
+# data kept in $(SERVER_DIR); it prints its URL and runs until Ctrl-C. (The
+# server changes into its --dir, so the path must be absolute.)
 SERVER_PORT ?= 6379
 SERVER_DIR ?= .server
 server: install
-	$(BIN)/python -m simplebroker_redis.devserver --dir $(SERVER_DIR) --port $(SERVER_PORT) --aof
+	$(BIN)/python -m simplebroker_redis.devserver --dir $(abspath $(SERVER_DIR)) --port $(SERVER_PORT) --aof
 
 demo: install
 	$(BIN)/python examples/demo.py
