@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo bench conformance clean
+.PHONY: install lint typecheck pytest test demo bench conformance server clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,14 @@ pytest: install
 
 test: lint typecheck pytest
 
+# A local server for development: the bundled Valkey, AOF with fsync always,
+# data kept in $(SERVER_DIR); it prints its URL and runs until Ctrl-C. (The
+# server changes into its --dir, so the path must be absolute.)
+SERVER_PORT ?= 6379
+SERVER_DIR ?= .server
+server: install
+	$(BIN)/python -m simplebroker_redis.devserver --dir $(abspath $(SERVER_DIR)) --port $(SERVER_PORT) --aof
+
 demo: install
 	$(BIN)/python examples/demo.py
 
@@ -35,4 +43,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .server .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,7 @@
 """SIGKILL ``taskiq worker`` processes at random points: nothing lost, duplicates only in flight.
 
 Each trial is one namespace with 24 tasks and one victim ``taskiq worker``
-(prefetch 3, lease 1 s) that is SIGKILLed with its whole process group at a
+(three tasks at a time, prefetch 3, lease 1 s) that is SIGKILLed with its whole process group at a
 random moment: during start-up, while it holds tasks, or late enough that
 it may have run out of work.
 Then a survivor worker is started; it recovers the victim's expired

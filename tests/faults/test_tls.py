@@ -146,7 +146,10 @@ def tls_server(certificates: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield TlsServer(server, port)
         server.stop()
         return
-    message = f"no server binary with TLS support: {refused}"
+    message = (
+        f"no server binary with TLS support: {refused}; to run these tests install "
+        "Debian's redis-server or set SIMPLEBROKER_REDIS_SERVER to a TLS-capable server"
+    )
     if os.environ.get("SIMPLEBROKER_REDIS_REQUIRE_TLS"):
         pytest.fail(message)  # CI installs redis-server so these tests always run there
     # A machine with only Python and the dev extras has the bundled Valkey,

@@ -12,7 +12,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def start_worker(url: str, namespace: str, log: Path, output: Path) -> subprocess.Popen[bytes]:
-    """Start ``taskiq worker tq_app:broker`` (one worker process) in its own process group."""
+    """Start ``taskiq worker tq_app:broker`` (one process, three tasks at once) in a new group."""
     env = {
         **os.environ,
         "PYTHONPATH": str(HERE),  # tq_app.py
@@ -22,7 +22,19 @@ def start_worker(url: str, namespace: str, log: Path, output: Path) -> subproces
     }
     with output.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "taskiq", "worker", "tq_app:broker", "--workers", "1"],
+            # Three tasks at a time (and three reserved ahead): a kill lands
+            # while the victim holds some, not after it ran the whole queue.
+            [
+                sys.executable,
+                "-m",
+                "taskiq",
+                "worker",
+                "tq_app:broker",
+                "--workers",
+                "1",
+                "--max-async-tasks",
+                "3",
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

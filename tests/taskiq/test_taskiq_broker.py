@@ -26,6 +26,7 @@ from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.errors import translate
 from taskiq_simplebroker import (
     ConfigurationError,
+    DeadLetteredError,
     SimpleBrokerTaskiqBroker,
 )
 from taskiq_simplebroker.errors import is_transient
@@ -113,24 +114,27 @@ async def test_delay_label_hides_the_task_until_due_without_polling(
     await worker.shutdown()
 
 
-async def test_prefetch_bounds_what_a_listener_holds(client, redis_url, namespace, raw):
+async def test_prefetch_bounds_the_read_ahead_not_the_running_tasks(
+    client, redis_url, namespace, raw
+):
     worker = make_broker(redis_url, namespace, prefetch=3)
     for i in range(8):
         await kiq(client, "add", i, 0)
     listener = worker.listen()
-    held = [await take(listener) for _ in range(3)]
-    blocked = asyncio.ensure_future(take(listener, 5.0))
-    await asyncio.sleep(0.3)
-    assert not blocked.done()
-    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 3
-    await held[0].ack()
-    fourth = await blocked
-    assert raw.zcard(f"sb:{{{namespace}}}:reserved") <= 3
-    for message in [*held[1:], fourth]:
+    running = [await take(listener)]
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 3  # one reservation of `prefetch`
+    # Five tasks handed out and none finished: how many run at once is
+    # Taskiq's limit (--max-async-tasks), not prefetch.
+    running += [await take(listener) for _ in range(4)]
+    # Reserved: the five running and at most `prefetch` ahead of them.
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 6
+    for message in running:
         await message.ack()
     await listener.aclose()
     await worker.shutdown()
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
 
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
 
 async def test_close_hands_back_unyielded_tasks_at_once(client, redis_url, namespace, broker):
     worker = make_broker(redis_url, namespace, prefetch=5)
@@ -302,6 +306,8 @@ async def test_transient_errors_are_told_apart(redis_url, namespace, raw):
         raw.delete(meta)
     assert not is_transient(damaged.value)
     assert not is_transient(ValueError("x"))
+    # A refused password does not fix itself (redis-py makes it a ConnectionError).
+    assert not is_transient(redis.AuthenticationError("invalid password"))
     await runner.aclose()
 
 
@@ -360,6 +366,24 @@ async def test_last_delivery_waits_until_the_listener_is_idle(client, redis_url,
     await last.ack()
     await listener.aclose()
     await worker.shutdown()
+
+
+async def test_a_last_delivery_stopped_at_shutdown_gets_a_dead_letter_result(
+    client, redis_url, namespace, broker
+):
+    leases = Leases(RedisRunner(redis_url, namespace=namespace))
+    task = await kiq(client, "add", 1, 1)
+    redeliver(leases, "taskiq", 1)  # a worker died running it once
+    worker = make_broker(redis_url, namespace, max_deliveries=2)
+    listener = worker.listen()
+    await take(listener)  # its last allowed delivery...
+    await listener.aclose()
+    await worker.shutdown()  # ... unfinished when the worker stops: dead-lettered
+    [(body, _)] = broker.peek_many("taskiq.dead", 10)
+    assert task.task_id in body
+    result = await task.wait_result(check_interval=0.02, timeout=5)
+    assert result.is_err and isinstance(result.error, DeadLetteredError)
+    assert "after 2 deliveries" in str(result.error)
 
 
 def broker_ids(redis_url: str, namespace: str) -> list[tuple[str, int]]:

@@ -14,8 +14,12 @@ from tqhelpers import events, eventually, kiq
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.devserver import DevServer
-from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
+from simplebroker_redis.devserver import DevServer, free_port
+from taskiq_simplebroker import (
+    DeadLetteredError,
+    SimpleBrokerResultBackend,
+    SimpleBrokerTaskiqBroker,
+)
 
 #: Lease settings of these tests' workers: a kill is noticed within ~1.2 s.
 FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
@@ -23,8 +27,17 @@ FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
 
 async def test_sigkilled_worker_loses_nothing(start_worker, client, task_log):
     # The broker's default lease settings: the promise is "done within 15 s".
-    victim = start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "victim", "TQ_PREFETCH": "4"})
-    start_worker(env={"TQ_LEASE": "default", "TQ_NAME": "survivor", "TQ_PREFETCH": "4"})
+    # Four at a time each, so both workers get tasks.
+    victim = start_worker(
+        "--max-async-tasks",
+        "4",
+        env={"TQ_LEASE": "default", "TQ_NAME": "victim", "TQ_PREFETCH": "4"},
+    )
+    start_worker(
+        "--max-async-tasks",
+        "4",
+        env={"TQ_LEASE": "default", "TQ_NAME": "survivor", "TQ_PREFETCH": "4"},
+    )
     keys = [f"k{i}" for i in range(24)]
     tasks = [await kiq(client, "record", key, 0.4) for key in keys]
 
@@ -73,7 +86,7 @@ async def test_long_tasks_are_not_redelivered_while_their_worker_lives(
 async def test_poison_and_rejected_tasks_go_to_the_dead_letter_queue(
     start_worker, client, task_log, redis_url, namespace
 ):
-    start_worker(env={"TQ_LEASE": "0.5", "TQ_HEARTBEAT": "0.1", "TQ_MAX_DELIVERIES": "2"})
+    worker = start_worker(env={"TQ_LEASE": "0.5", "TQ_HEARTBEAT": "0.1", "TQ_MAX_DELIVERIES": "2"})
     core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
     poison = await kiq(client, "poison", "p")
     refused = await kiq(client, "refuse", "r")
@@ -87,9 +100,51 @@ async def test_poison_and_rejected_tasks_go_to_the_dead_letter_queue(
     starts = Counter(e.key for e in events(task_log, "start"))
     assert starts == {"p": 2, "r": 1}  # the poison pill ran its two allowed deliveries
     assert core.peek_many("taskiq", 10) == []
-    # The worker (restarted after each crash) still serves ordinary tasks.
+    # Not silent: the poison pill's result says where it went and why, and
+    # the worker (restarted after each crash) logged it.
+    outcome = await poison.wait_result(check_interval=0.05, timeout=10)
+    assert outcome.is_err and isinstance(outcome.error, DeadLetteredError), outcome
+    assert "'taskiq.dead'" in str(outcome.error) and "after 2 deliveries" in str(outcome.error)
+
+    def reported() -> list[str]:
+        lines = worker.output().splitlines()
+        return [line for line in lines if poison.task_id in line and "dead-letter" in line]
+
+    [line] = await eventually(reported, timeout=5)
+    assert "WARNING" in line and "dead-letter queue taskiq.dead after 2 deliveries" in line
+    # The rejected task's own result (written with its rejection) stays.
+    rejected = await refused.wait_result(check_interval=0.05, timeout=5)
+    assert rejected.is_err and not isinstance(rejected.error, DeadLetteredError)
+    # The worker still serves ordinary tasks.
     added = await kiq(client, "add", 20, 22)
     assert (await added.wait_result(check_interval=0.02, timeout=10)).return_value == 42
+
+
+async def test_a_worker_started_before_its_server_waits_for_it(
+    start_worker, namespace, task_log, tmp_path
+):
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    worker = start_worker(env={**FAST, "SIMPLEBROKER_REDIS_URL": url})
+    await eventually(lambda: "waiting for the server" in worker.output(), timeout=30)
+    await asyncio.sleep(1.5)  # the outage goes on: the worker keeps trying, quietly
+    server = DevServer(data_dir=str(tmp_path / "late"), port=port)
+    server.start()
+    producer = SimpleBrokerTaskiqBroker(url, namespace=namespace)
+    producer.with_result_backend(SimpleBrokerResultBackend(runner=producer.runner))
+    try:
+        await producer.startup()
+        task = await kiq(producer, "add", 1, 2)
+        assert (await task.wait_result(check_interval=0.02, timeout=20)).return_value == 3
+    finally:
+        await producer.shutdown()
+        worker.stop()
+        server.stop()
+    output = worker.output()
+    assert output.count("waiting for the server") == 1, output  # one line for the outage
+    assert "answers; starting to take tasks" in output
+    assert "Traceback" not in output and "ERROR" not in output, output
+    assert output.count("Started process worker-0") == 1, "the worker process was restarted"
 
 
 @pytest.fixture

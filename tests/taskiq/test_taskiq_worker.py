@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tqhelpers import events, eventually, kiq
+from taskiq.serializers import PickleSerializer
+from tqhelpers import Money, events, eventually, kiq
 
 from taskiq_simplebroker import ResultIsMissingError, SimpleBrokerResultBackend
 
@@ -48,7 +49,9 @@ async def _step_at_least(task, step: int) -> bool:
 
 
 async def test_forked_workers_share_the_queue(start_worker, client, task_log):
-    worker = start_worker("--workers", "2", env={"TQ_PREFETCH": "2"})
+    # Each process runs two at a time and reserves two ahead, so one process
+    # cannot take the whole queue before the other one listens.
+    worker = start_worker("--workers", "2", "--max-async-tasks", "2", env={"TQ_PREFETCH": "2"})
     tasks = [await kiq(client, "record", f"k{i}", 0.05) for i in range(24)]
     for task in tasks:
         await task.wait_result(check_interval=0.02, timeout=20)
@@ -79,3 +82,65 @@ async def test_expiring_and_one_shot_results_from_a_worker(
         raise AssertionError("a one-shot result was read twice")
     assert not await task.is_ready()
     await one_shot.shutdown()
+
+
+async def test_pickled_results_concurrency_and_log_level_follow_the_worker(
+    start_worker, client, task_log, redis_url, namespace
+):
+    # An app that configures logging itself (root at WARNING): --log-level
+    # still sets this package's level, as it sets Taskiq's own loggers'.
+    worker = start_worker(
+        "--log-level",
+        "INFO",
+        "--no-configure-logging",
+        env={"TQ_ROOT_LOG_LEVEL": "WARNING", "TQ_RESULTS": "pickle", "TQ_PREFETCH": "4"},
+    )
+    reader = SimpleBrokerResultBackend(
+        redis_url, namespace=namespace, serializer=PickleSerializer()
+    )
+    client.with_result_backend(reader)
+    money = await kiq(client, "value", "money")
+    raw = await kiq(client, "value", "bytes")
+    assert (await money.wait_result(check_interval=0.02, timeout=15)).return_value == Money(
+        12, "EUR"
+    )
+    assert (await raw.wait_result(check_interval=0.02, timeout=5)).return_value == b"\x00\xffraw"
+
+    # prefetch 4 bounds what is reserved ahead, not what runs: all twelve
+    # run at once (taskiq worker --max-async-tasks, default 100).
+    tasks = [await kiq(client, "record", f"c{i}", 1.0) for i in range(12)]
+    for task in tasks:
+        await task.wait_result(check_interval=0.05, timeout=15)
+    first_done = min(e.at for e in events(task_log, "done"))
+    assert len([e for e in events(task_log, "start") if e.at < first_done]) == 12
+    assert worker.stop() == 0
+    await reader.shutdown()
+    output = worker.output()
+    assert "Listening started" in output  # Taskiq's INFO line
+    assert "up to 4 task(s) reserved ahead of Taskiq" in output  # ours, at INFO too
+
+
+async def test_delay_label_with_smart_retry_and_requeue(start_worker, client, task_log):
+    start_worker()
+    kicked = time.time()
+    # SmartRetryMiddleware retries by kicking the task again with a `delay`
+    # label; its base delay is the task's own `delay` label when it has one.
+    retried = await kiq(client, "fail_once", "r", retry_on_error=True, max_retries=2, delay=0.8)
+    # context.requeue() kicks the same message again, labels included.
+    kept = await kiq(client, "requeue_once", "kept", True, delay=0.6)
+    dropped = await kiq(client, "requeue_once", "dropped", False, delay=0.6)
+    for task in (retried, kept, dropped):
+        assert not (await task.wait_result(check_interval=0.05, timeout=15)).is_err
+    attempts: dict[str, list[float]] = {}
+    for e in events(task_log, "attempt"):
+        attempts.setdefault(e.key, []).append(e.at)
+    assert {key: len(times) for key, times in attempts.items()} == {
+        "r": 2,
+        "kept": 2,
+        "dropped": 2,
+    }
+    first, retry = attempts["r"]
+    assert first - kicked >= 0.75  # the label delays the first run too
+    assert retry - first >= 0.75  # ... and is the retry's delay
+    assert attempts["kept"][1] - attempts["kept"][0] >= 0.55
+    assert attempts["dropped"][1] - attempts["dropped"][0] < 0.5

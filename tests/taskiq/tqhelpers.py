@@ -28,12 +28,15 @@ PYTHONPATH = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
 class Worker:
     """One ``taskiq worker`` (or ``taskiq scheduler``) process group."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+    ) -> None:
         self.log = log
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "taskiq", *args],
                 env=env,
+                cwd=cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -69,6 +72,14 @@ async def kiq(
     """Kick ``workerapp:<name>`` by name (the test process never imports workerapp)."""
     kicker: AsyncKicker[Any, Any] = AsyncKicker(f"workerapp:{name}", broker, labels)
     return await kicker.kiq(*args)
+
+
+@dataclass(frozen=True)
+class Money:
+    """A return value JSON cannot hold (workerapp's ``value`` task returns it)."""
+
+    amount: int
+    currency: str
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ test runs its own worker against its own namespace.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from taskiq import Context, TaskiqDepends, TaskiqScheduler
 from taskiq.depends.progress_tracker import ProgressTracker, TaskState
 from taskiq.middlewares import SmartRetryMiddleware
 from taskiq.schedule_sources import LabelScheduleSource
+from taskiq.serializers import PickleSerializer
+from tqhelpers import Money
 
 from taskiq_simplebroker import (
     SimpleBrokerResultBackend,
@@ -39,6 +42,10 @@ def _optional_int(name: str) -> int | None:
     return int(value) if value else None
 
 
+if os.environ.get("TQ_ROOT_LOG_LEVEL"):
+    # An app that configures logging itself (run with --no-configure-logging).
+    logging.basicConfig(level=os.environ["TQ_ROOT_LOG_LEVEL"])
+
 broker = SimpleBrokerTaskiqBroker(
     namespace=os.environ["TQ_NAMESPACE"],
     queue=os.environ.get("TQ_QUEUE", "taskiq"),
@@ -51,6 +58,7 @@ broker.with_result_backend(
         runner=broker.runner,
         keep_results=os.environ.get("TQ_KEEP_RESULTS", "1") == "1",
         result_px_time=_optional_int("TQ_RESULT_PX"),
+        serializer=PickleSerializer() if os.environ.get("TQ_RESULTS") == "pickle" else None,
     )
 )
 schedule_source = SimpleBrokerScheduleSource(runner=broker.runner)
@@ -123,4 +131,35 @@ async def refuse(key: str, context: Annotated[Context, TaskiqDepends()]) -> None
 @broker.task(schedule=[{"cron": "* * * * *", "args": ["label"]}])
 async def scheduled(key: str) -> str:
     log("scheduled", key)
+    return key
+
+
+@broker.task
+async def value(kind: str) -> object:
+    """Return something JSON cannot hold."""
+    if kind == "bytes":
+        return b"\x00\xffraw"
+    return Money(12, "EUR")
+
+
+@broker.task
+async def fail_once(key: str) -> str:
+    """Fail the first attempt (retried by SmartRetryMiddleware when labelled so)."""
+    log("attempt", key)
+    attempts = sum(1 for line in LOG.read_text().splitlines() if line.startswith(f"attempt {key} "))
+    if attempts == 1:
+        raise RuntimeError("first attempt fails")
+    return key
+
+
+@broker.task
+async def requeue_once(
+    key: str, keep_delay: bool, context: Annotated[Context, TaskiqDepends()]
+) -> str:
+    """Requeue itself once, with or without its ``delay`` label."""
+    log("attempt", key)
+    if "X-Taskiq-requeue" not in context.message.labels:
+        if not keep_delay:
+            context.message.labels.pop("delay", None)
+        await context.requeue()
     return key

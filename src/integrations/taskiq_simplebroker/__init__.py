@@ -8,10 +8,15 @@ and dead-letter tasks that were delivered too often or rejected. See
 ``docs/taskiq.md``.
 """
 
-from .broker import DEFAULT_QUEUE, URL_ENV, SimpleBrokerTaskiqBroker
+from importlib.metadata import version as _version
+
+from .broker import DEFAULT_QUEUE, SimpleBrokerTaskiqBroker
 from .codec import decode_body, encode_body
+from .connection import URL_ENV
 from .errors import (
     ConfigurationError,
+    DeadLetteredError,
+    EvictionPolicyError,
     ResultIsMissingError,
     ScheduleError,
     SimpleBrokerTaskiqError,
@@ -19,10 +24,15 @@ from .errors import (
 from .result_backend import SimpleBrokerResultBackend
 from .schedule_source import SimpleBrokerScheduleSource
 
+#: Version of the distribution (``simplebroker-redis``) this package ships in.
+__version__ = _version("simplebroker-redis")
+
 __all__ = [
     "DEFAULT_QUEUE",
     "URL_ENV",
     "ConfigurationError",
+    "DeadLetteredError",
+    "EvictionPolicyError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerResultBackend",

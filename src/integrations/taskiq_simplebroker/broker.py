@@ -11,28 +11,41 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
-from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
-from .errors import ConfigurationError
-from .listener import Listener
+from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
+from .deadletters import DeadLetter, report_dead_letter
+from .errors import ConfigurationError, is_transient
+from .eviction import check_server as check_eviction
+from .listener import TaskListener
+from .result_backend import SimpleBrokerResultBackend
 from .runtime import Runtime
 
 logger = logging.getLogger("taskiq_simplebroker")
 
-#: Environment variable naming the server when no ``url`` is given.
-URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+# URL_ENV, resolve_url, make_runner and close_runner live in .connection;
+# they stay importable from here for code written against earlier versions.
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_PREFETCH",
+    "DEFAULT_QUEUE",
+    "URL_ENV",
+    "SimpleBrokerTaskiqBroker",
+    "close_runner",
+    "delay_seconds",
+    "make_runner",
+    "resolve_url",
+]
 
 #: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
 DEFAULT_QUEUE: Final[str] = "taskiq"
@@ -52,48 +65,6 @@ DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
 
 #: Deliveries after which a task that never finished goes to the dead-letter queue.
 DEFAULT_MAX_DELIVERIES: Final[int] = 5
-
-
-def resolve_url(url: str | None) -> str:
-    """Return ``url``, or ``$SIMPLEBROKER_REDIS_URL`` when it is None."""
-    if url is not None:
-        return url
-    env = os.environ.get(URL_ENV)
-    if not env:
-        raise ConfigurationError(f"pass url=... or runner=..., or set ${URL_ENV}")
-    return env
-
-
-def make_runner(
-    url: str | None,
-    runner: AsyncRedisRunner | None,
-    namespace: str | None,
-    max_connections: int,
-) -> AsyncRedisRunner:
-    """Return ``runner``, or a new one for ``url`` (shared by the integration's classes)."""
-    if runner is not None:
-        if url is not None:
-            raise ConfigurationError("pass url or runner, not both")
-        if namespace is not None and namespace != runner.keys.namespace:
-            raise ConfigurationError("namespace differs from the runner's namespace")
-        return runner
-    return AsyncRedisRunner(
-        resolve_url(url),
-        namespace=namespace or DEFAULT_NAMESPACE,
-        max_connections=max_connections,
-    )
-
-
-async def close_runner(runner: AsyncRedisRunner) -> None:
-    """Close the running loop's pool of ``runner``; a failure is only logged.
-
-    Shutdown must go on even when closing sockets fails (a server that went
-    away, a connection reset).
-    """
-    try:
-        await runner.aclose()
-    except Exception as exc:  # noqa: BLE001 - see the docstring
-        logger.debug("closing the connection pool failed: %s", exc)
 
 
 def _number(name: str, value: object, *, minimum: float = 0.0) -> float:
@@ -127,24 +98,34 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     """Taskiq broker on simplebroker-redis: leases, heartbeat, delays, dead letters.
 
     Args:
-        url: ``redis://``/``rediss://``/``unix://`` URL (default
-            ``$SIMPLEBROKER_REDIS_URL``).
+        url: ``redis://``/``rediss://``/``unix://`` URL. Default:
+            ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
+            project's ``.broker.toml`` (see :mod:`.connection`).
         runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
             to share (with a result backend or schedule source) instead of ``url``.
         queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
-            routes it elsewhere).
-        namespace: SimpleBroker namespace (default: the backend's default, as
-            used by ``broker`` commands without ``backend_options``).
-        prefetch: Most tasks a listener holds at once, reserved and not yet
-            acknowledged; also the most it reserves in one round trip.
+            routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
+        namespace: SimpleBroker namespace (default: the ``.broker.toml``'s
+            when the server comes from there, else the backend's default).
+        prefetch: Most tasks a worker reserves ahead of Taskiq (fetched, not
+            yet handed to it); also the most it reserves in one round trip.
+            How many run at once is ``taskiq worker --max-async-tasks``.
         lease_seconds: Lifetime of a reservation without renewal.
         heartbeat_interval: Seconds between renewals; at most half the lease.
         recover_interval: Seconds between recovery passes for expired leases
             (default 1; at most ``heartbeat_interval``).
         max_deliveries: Deliveries after which an unfinished task goes to the
-            dead-letter queue (None: redeliver forever).
+            dead-letter queue, with an error result saying so (None:
+            redeliver forever).
         dead_letter_queue: Queue for dead letters (default ``<queue>.dead``).
-        max_connections: Size of the connection pool.
+        max_connections: Size of the connection pool (default 50, or the
+            ``.broker.toml``'s); ``max_connection_pool_size`` is accepted too.
+        allow_eviction: Start even if the server's ``maxmemory-policy`` is
+            ``allkeys-*`` (it may then evict queued tasks).
+        result_backend: Taskiq's result backend (or use ``with_result_backend``).
+        task_id_generator: Taskiq's task ID generator.
+        connection_kwargs: redis-py connection options (see
+            :data:`.connection.URL_OPTIONS`).
 
     """
 
@@ -153,7 +134,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         url: str | None = None,
         *,
         runner: AsyncRedisRunner | None = None,
-        queue: str = DEFAULT_QUEUE,
+        queue: str | None = None,
+        queue_name: str | None = None,
         namespace: str | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -161,11 +143,24 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         recover_interval: float | None = None,
         max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
         dead_letter_queue: str | None = None,
-        max_connections: int = 50,
+        max_connections: int | None = None,
+        max_connection_pool_size: int | None = None,
+        allow_eviction: bool = False,
+        result_backend: AsyncResultBackend[Any] | None = None,
+        task_id_generator: Callable[[], str] | None = None,
+        **connection_kwargs: Any,
     ) -> None:
-        super().__init__()
-        self.runner = make_runner(url, runner, namespace, max_connections)
-        self.queue = validate_queue_name(queue)
+        super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
+        self.runner = make_runner(
+            url,
+            runner,
+            namespace,
+            pool_size(max_connections, max_connection_pool_size),
+            connection_options=connection_kwargs,
+        )
+        if queue is not None and queue_name is not None:
+            raise ConfigurationError("pass queue or queue_name, not both")
+        self.queue = validate_queue_name(queue or queue_name or DEFAULT_QUEUE)
         self.prefetch = _count("prefetch", prefetch)
         self.lease_seconds = _number("lease_seconds", lease_seconds)
         self.heartbeat_interval = _number("heartbeat_interval", heartbeat_interval)
@@ -183,17 +178,55 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.dead_letter_queue = validate_queue_name(dead_letter_queue or f"{self.queue}.dead")
         if self.dead_letter_queue == self.queue:
             raise ConfigurationError("dead_letter_queue must differ from queue")
+        self.allow_eviction = bool(allow_eviction)
         self._messages = AsyncMessages(self.runner)
         self._runtime: Runtime | None = None
+        self._unchecked = False  #: a worker started before the server answered
         self.add_middlewares(_RejectionMarker(self))
 
     def __repr__(self) -> str:
         return f"SimpleBrokerTaskiqBroker({self.runner.where}, queue={self.queue!r})"
 
     async def startup(self) -> None:
-        """Run Taskiq's startup hooks, then create or validate the namespace."""
+        """Run Taskiq's startup hooks, then check the server (see :meth:`check_server`).
+
+        A worker process whose server does not answer yet logs that once and
+        starts anyway: its listener waits for the server (no crash loop).
+        """
+        if self.is_worker_process:
+            follow_taskiq_log_level()
+        backend = self.result_backend
+        if isinstance(backend, SimpleBrokerResultBackend):
+            backend.defer_server_check()  # checked below, with the broker's
         await super().startup()
+        try:
+            await self.check_server()
+        except Exception as exc:
+            if not (self.is_worker_process and is_transient(exc)):
+                raise
+            self._unchecked = True
+            logger.warning("waiting for the server: %s (tasks start once it answers)", exc)
+
+    async def check_server(self) -> None:
+        """Create or validate the namespace and refuse an evicting server.
+
+        Raises:
+            EvictionPolicyError: ``maxmemory-policy`` is ``allkeys-*`` and
+                ``allow_eviction`` is False (for this broker or its result backend).
+
+        """
         await self.runner.ensure_initialized()
+        await check_eviction(
+            self.runner, allow_eviction=self.allow_eviction, owner="SimpleBrokerTaskiqBroker"
+        )
+        backend = self.result_backend
+        if isinstance(backend, SimpleBrokerResultBackend):
+            await backend.check_server()
+        self._unchecked = False
+
+    async def _until_checked(self) -> None:
+        if self._unchecked:
+            await self.check_server()
 
     async def kick(self, message: BrokerMessage) -> None:
         """Write the task as one SimpleBroker message (one round trip).
@@ -209,12 +242,13 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop)."""
         runtime = self._runtime_here()
-        listener = Listener(
+        listener = TaskListener(
             runtime,
             queue=self.queue,
             prefetch=self.prefetch,
             lease_seconds=self.lease_seconds,
             max_deliveries=self.max_deliveries,
+            ready=self._until_checked,
         )
         return listener.messages()
 
@@ -232,6 +266,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 else:
                     runtime.heartbeat.stop()
             await close_runner(self.runner)
+            backend = self.result_backend
+            if isinstance(backend, SimpleBrokerResultBackend) and backend.runner is not self.runner:
+                # Closing the runtime may have stored dead-letter results
+                # through it after the backend's own shutdown.
+                await close_runner(backend.runner)
 
     def _runtime_here(self) -> Runtime:
         runtime = self._runtime
@@ -245,11 +284,39 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             heartbeat_interval=self.heartbeat_interval,
             recover_interval=self.recover_interval,
             dead_letter_queue=self.dead_letter_queue,
+            queue=self.queue,
+            max_deliveries=self.max_deliveries,
+            on_dead_lettered=self._dead_lettered,
         )
         attach = getattr(self.result_backend, "attach_runtime", None)
         if callable(attach):
             attach(runtime)
         return runtime
+
+    async def _dead_lettered(self, dead: DeadLetter) -> None:
+        """Give a dead-lettered task its error result and log it (once per task)."""
+        await report_dead_letter(
+            dead,
+            formatter=self.formatter,
+            backend=self.result_backend,
+            where=self.runner.where,
+            max_deliveries=self.max_deliveries,
+        )
+
+
+def follow_taskiq_log_level() -> None:
+    """Give this package's loggers the level ``taskiq worker --log-level`` gave Taskiq's.
+
+    The CLI sets the level of the ``taskiq`` logger itself, not only the
+    root logger's; loggers a user configured keep their level.
+    """
+    level = logging.getLogger("taskiq").level
+    if level == logging.NOTSET:
+        return
+    for name in ("taskiq_simplebroker", "simplebroker_redis"):
+        ours = logging.getLogger(name)
+        if ours.level == logging.NOTSET:
+            ours.setLevel(level)
 
 
 class _RejectionMarker(TaskiqMiddleware):

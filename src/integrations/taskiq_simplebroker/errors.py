@@ -61,6 +61,23 @@ class ScheduleError(SimpleBrokerTaskiqError, ValueError):
         super().__init__(detail)
 
 
+class EvictionPolicyError(ConfigurationError):
+    """The server may evict the namespace's keys (``maxmemory-policy allkeys-*``)."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class DeadLetteredError(SimpleBrokerTaskiqError):
+    """The task went to the dead-letter queue without finishing (its error result)."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    # One positional argument, so Taskiq rebuilds it from a stored result.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
 _TRANSIENT_CAUSES = (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, OSError)
 
 
@@ -75,5 +92,9 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, OperationalError):
         if exc.retryable:
             return True
-        return isinstance(exc.__cause__, _TRANSIENT_CAUSES)
+        exc = exc.__cause__ if exc.__cause__ is not None else exc
+    # A refused password (redis-py's AuthenticationError is a ConnectionError)
+    # does not fix itself: waiting would only hide it.
+    if isinstance(exc, rx.AuthenticationError):
+        return False
     return isinstance(exc, _TRANSIENT_CAUSES)

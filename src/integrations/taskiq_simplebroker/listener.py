@@ -1,12 +1,13 @@
 """The listen loop: reserve with leases, yield tasks, sleep on wake-ups.
 
-One :class:`Listener` serves one ``broker.listen()`` call. When its buffer
-is empty it reserves as many messages as its prefetch window has room for,
-in one round trip. Once a reservation comes back short (the queue is empty)
-it sleeps on the queue's Pub/Sub wake-up channel (every write, release and
-recovery publishes there; see :class:`simplebroker_redis.aio.AsyncActivity`)
-until woken, until the next delayed message is due, or for at most
-:data:`IDLE_RECHECK` seconds: there is no polling loop.
+One :class:`TaskListener` serves one ``broker.listen()`` call. When its buffer
+is empty (Taskiq asks for a message only when it has room to run it) it
+reserves up to ``prefetch`` messages in one round trip. Once a reservation
+comes back short (the queue is empty) it sleeps on the queue's Pub/Sub
+wake-up channel (every write, release and recovery publishes there; see
+:class:`simplebroker_redis.aio.AsyncActivity`) until woken, until the next
+delayed message is due, or for at most :data:`IDLE_RECHECK` seconds: there
+is no polling loop.
 
 A redelivered message on its last allowed delivery (``max_deliveries``)
 runs alone: the rest of its reservation is handed back, and it is yielded
@@ -19,7 +20,9 @@ reserved but did not yield back at once, with their delivery count
 restored. A reservation interrupted by cancellation is completed and handed
 back too, so cancellation never strands a message until its lease expires.
 Transient storage errors (server restarting, timeouts) are retried with
-exponential backoff from 100 ms to 5 s; anything else propagates.
+exponential backoff from 100 ms to 5 s; anything else propagates. A worker
+whose server did not answer at start-up (the broker logged that once)
+waits here for it before it subscribes, reserves or starts its heartbeat.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from functools import partial
 from typing import Any, Final
 
@@ -56,7 +59,7 @@ DUE_SLACK: Final[float] = 0.002
 Messages = tuple[LeasedMessage, ...]
 
 
-class Listener:
+class TaskListener:
     """Reserves messages of one queue and yields them as ``AckableMessage``."""
 
     def __init__(
@@ -67,8 +70,10 @@ class Listener:
         prefetch: int,
         lease_seconds: float,
         max_deliveries: int | None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
+        self._ready = ready
         self.queue = queue
         self.lease_seconds = lease_seconds
         self.max_deliveries = max_deliveries
@@ -85,6 +90,15 @@ class Listener:
         ack = self.runtime.ack
         window = self.window
         try:
+            await self._until_ready()
+            await self.runtime.start()
+            logger.info(
+                "listening on %s at %s: up to %d task(s) reserved ahead of Taskiq; "
+                "how many run at once is taskiq worker --max-async-tasks",
+                self.queue,
+                self.runtime.runner.where,
+                self.window.size,
+            )
             # Subscribe before the first reservation, so no wake-up is missed.
             await self._wakeups.start()
             while True:
@@ -109,6 +123,28 @@ class Listener:
                 )
         finally:
             await self._close()
+
+    async def _until_ready(self) -> None:
+        """Wait until the server answers the broker's start-up check."""
+        if self._ready is None:
+            return
+        delay = BACKOFF_MIN
+        waited = False
+        while True:
+            try:
+                await self._ready()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # The broker's start-up logged this outage once already.
+                logger.debug("still waiting for %s: %s", self.runtime.runner.where, exc)
+                waited = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            if waited:
+                logger.info("%s answers; starting to take tasks", self.runtime.runner.where)
+            return
 
     async def _fill(self) -> None:
         delay = BACKOFF_MIN

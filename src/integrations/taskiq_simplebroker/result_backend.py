@@ -3,8 +3,11 @@
 Results live under ``sb:{<namespace>}:result:<task id>`` and progress under
 ``sb:{<namespace>}:progress:<task id>`` (inside the namespace's hash tag;
 SimpleBroker's namespace cleanup removes them too). Values are JSON text by
-default, readable with ``redis-cli``; with a custom Taskiq serializer they
-are stored losslessly as text (see :mod:`.codec`).
+default, readable with ``redis-cli``. A custom Taskiq serializer gets the most
+faithful form it accepts: the result object itself (so ``PickleSerializer``
+carries any picklable return value: custom classes, bytes), else Python
+values, else the JSON-compatible form. Its bytes are stored losslessly as text (see
+:mod:`.codec`).
 
 In a worker whose broker is a :class:`~.broker.SimpleBrokerTaskiqBroker` on
 the same server, a result is written in the same round trip as the task's
@@ -22,10 +25,11 @@ from taskiq.depends.progress_tracker import TaskProgress
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import close_runner, make_runner
 from .codec import decode_body, encode_body
 from .commit import ResultWrite
+from .connection import close_runner, make_runner, pool_size
 from .errors import ConfigurationError, ResultIsMissingError
+from .eviction import check_server
 from .runtime import Runtime
 
 _ReturnType = TypeVar("_ReturnType")
@@ -48,7 +52,9 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
     """Results and progress of Taskiq tasks, stored in a SimpleBroker namespace.
 
     Args:
-        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``).
+        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``, else the
+            project's ``.broker.toml``; see :mod:`.connection`). ``redis_url``
+            is accepted too (taskiq-redis).
         runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
             to share, typically ``broker.runner``.
         namespace: SimpleBroker namespace of the keys.
@@ -58,7 +64,12 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         result_px_time: ... or milliseconds (at most one of the two; neither
             keeps them until read or deleted).
         serializer: A Taskiq serializer; default: pydantic's JSON.
-        max_connections: Size of the connection pool (when ``url`` is used).
+        max_connections: Size of the connection pool (when ``url`` is used);
+            ``max_connection_pool_size`` is accepted too.
+        allow_eviction: Start even if the server's ``maxmemory-policy`` is
+            ``allkeys-*`` (it may evict results and queued tasks).
+        connection_kwargs: redis-py connection options (see
+            :data:`.connection.URL_OPTIONS`).
 
     """
 
@@ -72,19 +83,54 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         result_ex_time: int | None = None,
         result_px_time: int | None = None,
         serializer: TaskiqSerializer | None = None,
-        max_connections: int = 50,
+        max_connections: int | None = None,
+        max_connection_pool_size: int | None = None,
+        allow_eviction: bool = False,
+        redis_url: str | None = None,
+        **connection_kwargs: Any,
     ) -> None:
+        if url is not None and redis_url is not None:
+            raise ConfigurationError("pass url or redis_url, not both")
         self._owns_runner = runner is None
-        self.runner = make_runner(url, runner, namespace, max_connections)
+        self.runner = make_runner(
+            url if redis_url is None else redis_url,
+            runner,
+            namespace,
+            pool_size(max_connections, max_connection_pool_size),
+            connection_options=connection_kwargs,
+        )
         self.keep_results = bool(keep_results)
         self.expiry_ms = _expiry_ms(result_ex_time, result_px_time)
         self.serializer = serializer
+        self.allow_eviction = bool(allow_eviction)
         self._runtime: Runtime | None = None
+        self._check_at_startup = True
 
     def attach_runtime(self, runtime: Runtime) -> None:
         """Let a listening broker on the same server send results with its acks."""
         if runtime.runner.sync.identity[:2] == self.runner.sync.identity[:2]:
             self._runtime = runtime
+
+    def defer_server_check(self) -> None:
+        """Leave the start-up check to a broker that runs it with its own.
+
+        ``SimpleBrokerTaskiqBroker.startup`` calls this before starting its
+        result backend: a worker started before its server answers then
+        waits for it once, instead of failing here.
+        """
+        self._check_at_startup = False
+
+    async def startup(self) -> None:
+        """Refuse a server that may evict keys (see :meth:`check_server`)."""
+        await super().startup()
+        if self._check_at_startup:
+            await self.check_server()
+
+    async def check_server(self) -> None:
+        """Raise ``EvictionPolicyError`` under ``maxmemory-policy allkeys-*`` unless allowed."""
+        await check_server(
+            self.runner, allow_eviction=self.allow_eviction, owner="SimpleBrokerResultBackend"
+        )
 
     async def shutdown(self) -> None:
         """Close this backend's connections (when it owns its runner)."""
@@ -95,9 +141,18 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
 
     # -- encoding ------------------------------------------------------------------
     def _dump(self, model: BaseModel) -> str:
-        if self.serializer is None:
+        serializer = self.serializer
+        if serializer is None:
             return model.model_dump_json()
-        return encode_body(self.serializer.dumpb(model.model_dump(mode="json")))
+        # The most faithful form the serializer takes: the model itself
+        # (pickle: any picklable return value), else Python values (msgpack,
+        # CBOR: bytes survive), else JSON-compatible values.
+        for form in (lambda: model, model.model_dump):
+            try:
+                return encode_body(serializer.dumpb(form()))
+            except Exception:  # noqa: BLE001 - try the next, plainer form
+                continue
+        return encode_body(serializer.dumpb(model.model_dump(mode="json")))
 
     def _load(self, raw: bytes | str, model: type[BaseModel]) -> Any:
         # The runner decodes replies, so values arrive as str.
@@ -120,6 +175,15 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         if runtime is not None and runtime.stash(write):
             return
         await self.runner.execute(lambda client: client.set(write.key, write.value, px=write.px))
+
+    async def set_result_if_absent(self, task_id: str, result: TaskiqResult[_ReturnType]) -> bool:
+        """Store the result of ``task_id`` unless it has one; True when stored (``SET NX``)."""
+        key = self.runner.keys.result_key(task_id)
+        value = self._dump(result)
+        stored = await self.runner.execute(
+            lambda client: client.set(key, value, px=self.expiry_ms, nx=True)
+        )
+        return bool(stored)
 
     async def is_result_ready(self, task_id: str) -> bool:
         """Return whether a result of ``task_id`` is stored."""

@@ -15,6 +15,10 @@ stash is sent on the next loop iteration instead, so a result is never held
 back. Reads of a stashed result in the same process wait for its write.
 A task that called ``context.reject()`` is marked the same way, and its
 acknowledgement moves the message to the dead-letter queue.
+
+The heartbeat thread and the dead-letter watch start only once the server
+answered (:meth:`Runtime.start`), so a worker started before its server
+reports the outage once instead of from every component.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 
 from .commit import Committer, ResultWrite
+from .deadletters import DeadLetter, DeadLetterWatch
 from .heartbeat import Heartbeat
 from .holdings import Holdings
 
@@ -45,7 +50,12 @@ class _Mark:
 
 
 class PrefetchWindow:
-    """How many messages one listener holds (fetched, not yet settled) at most.
+    """The messages one listener holds: reserved ahead, running, not yet settled.
+
+    ``size`` bounds the messages reserved *ahead* of Taskiq (fetched, not yet
+    handed to it), so it is the size of a reservation; how many run at once
+    is Taskiq's to bound (``taskiq worker --max-async-tasks``), since its
+    receiver asks for the next message only when it has room for it.
 
     A message on its last allowed delivery is held *alone*: nothing more is
     reserved while it is held, and it is yielded only once every other
@@ -54,14 +64,14 @@ class PrefetchWindow:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.used = 0
+        self.used = 0  #: held messages: buffered, running, not yet settled
         self.alone: int | None = None  #: ID of the message held alone, if any
         self._freed = asyncio.Event()
 
     @property
     def room(self) -> int:
-        """Return how many more messages may be reserved now."""
-        return 0 if self.alone is not None else self.size - self.used
+        """Return how many messages the next reservation may take (the buffer is empty)."""
+        return 0 if self.alone is not None else self.size
 
     def take(self, count: int) -> None:
         """Account for ``count`` newly reserved messages."""
@@ -104,6 +114,9 @@ class Runtime:
         heartbeat_interval: float,
         recover_interval: float,
         dead_letter_queue: str,
+        queue: str,
+        max_deliveries: int | None,
+        on_dead_lettered: Callable[[DeadLetter], Awaitable[None]],
     ) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.get_running_loop()
@@ -126,6 +139,27 @@ class Runtime:
             weakref.WeakKeyDictionary()
         )
         self._unwritten: dict[str, ResultWrite] = {}
+        self.watch = (
+            None
+            if max_deliveries is None
+            else DeadLetterWatch(
+                runner,
+                queue=queue,
+                dead_letter_queue=dead_letter_queue,
+                max_deliveries=max_deliveries,
+                on_dead_lettered=on_dead_lettered,
+            )
+        )
+        self._started = False
+
+    async def start(self) -> None:
+        """Start watching dead letters, then the heartbeat (once the server answers)."""
+        if self._started:
+            return
+        self._started = True
+        if self.watch is not None:
+            # Before the heartbeat's first recovery, so its dead letters are new.
+            await self.watch.start()
         self.heartbeat.start()
 
     def is_current(self) -> bool:
@@ -220,8 +254,21 @@ class Runtime:
                     await self.leases.release(token)
                 except Exception as exc:  # noqa: BLE001 - the lease expires instead
                     logger.warning("could not hand back reservation %s: %s", token, exc)
+            if held and self.watch is not None:
+                # A task on its last delivery handed back now is dead-lettered:
+                # report it before the watch stops.
+                await self._check_dead_letters(self.watch)
         finally:
             self.heartbeat.stop()
+            if self.watch is not None:
+                await self.watch.close()
+
+    @staticmethod
+    async def _check_dead_letters(watch: DeadLetterWatch) -> None:
+        try:
+            await watch.check()
+        except Exception as exc:  # noqa: BLE001 - shutting down: other workers may report it
+            logger.warning("could not check the dead-letter queue: %s", exc)
 
     def _lost(self, tokens: set[str]) -> None:
         # Called from the heartbeat thread.

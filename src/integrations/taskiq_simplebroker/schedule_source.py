@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from pydantic import ValidationError
 from taskiq import ScheduleSource
@@ -21,10 +21,13 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis.aio import AsyncRedisRunner
 
-from .broker import close_runner, make_runner
+from .connection import close_runner, make_runner, pool_size
 from .errors import ScheduleError
 
 logger = logging.getLogger("taskiq_simplebroker")
+
+#: Connection pool size of a source made from a URL (a scheduler sends little).
+DEFAULT_MAX_CONNECTIONS: Final[int] = 10
 
 # Day names only: the cron evaluator of ``taskiq scheduler`` (pycron) has no
 # month names, so a schedule using them would never fire.
@@ -73,11 +76,15 @@ class SimpleBrokerScheduleSource(ScheduleSource):
     """Stores Taskiq schedules in a SimpleBroker namespace.
 
     Args:
-        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``).
+        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``, else the
+            project's ``.broker.toml``; see :mod:`.connection`).
         runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
             to share, typically ``broker.runner``.
         namespace: SimpleBroker namespace of the schedules.
-        max_connections: Size of the connection pool (when ``url`` is used).
+        max_connections: Size of the connection pool (when ``url`` is used;
+            default 10); ``max_connection_pool_size`` is accepted too.
+        connection_kwargs: redis-py connection options (see
+            :data:`.connection.URL_OPTIONS`).
 
     """
 
@@ -87,10 +94,19 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         *,
         runner: AsyncRedisRunner | None = None,
         namespace: str | None = None,
-        max_connections: int = 10,
+        max_connections: int | None = None,
+        max_connection_pool_size: int | None = None,
+        **connection_kwargs: Any,
     ) -> None:
         self._owns_runner = runner is None
-        self.runner = make_runner(url, runner, namespace, max_connections)
+        self.runner = make_runner(
+            url,
+            runner,
+            namespace,
+            pool_size(max_connections, max_connection_pool_size),
+            connection_options=connection_kwargs,
+            default_max_connections=DEFAULT_MAX_CONNECTIONS,
+        )
 
     async def startup(self) -> None:
         """Create or validate the namespace."""

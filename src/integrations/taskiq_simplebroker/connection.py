@@ -1,0 +1,242 @@
+"""Runners of the Taskiq classes: which server and namespace, and closing them.
+
+The broker, the result backend and the schedule source each build their
+:class:`~simplebroker_redis.aio.AsyncRedisRunner` here (or share one passed
+as ``runner=``), so none of them imports another for it.
+
+Without ``url`` or ``runner`` the server is, in this order:
+
+1. ``$SIMPLEBROKER_REDIS_URL`` (with the default namespace), else
+2. the SimpleBroker project of the working directory, found exactly as the
+   ``broker`` command finds it (a ``.broker.toml`` in this directory or
+   above, else ``BROKER_BACKEND=redis`` with ``BROKER_BACKEND_TARGET``): its
+   target and its ``[backend_options]`` (namespace, pool size, pool
+   timeout), so workers and ``broker peek`` see the same queues.
+
+An explicit ``url`` never reads the project file, so what a process
+connects to does not depend on its working directory. An explicit
+``namespace=`` wins over the project's. ``BROKER_BACKEND_PASSWORD`` is used
+whenever the URL has no password.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from simplebroker import Config, resolve_config
+from simplebroker.ext import BrokerError
+from simplebroker.project import resolve_broker_target
+
+from simplebroker_redis import DEFAULT_NAMESPACE
+from simplebroker_redis.aio import AsyncRedisRunner
+
+from .errors import ConfigurationError
+
+logger = logging.getLogger("taskiq_simplebroker")
+
+#: Environment variable naming the server when no ``url`` is given.
+URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+
+#: Connection pool size of a runner made from a URL.
+DEFAULT_MAX_CONNECTIONS: Final[int] = 50
+
+#: redis-py connection options accepted as extra keyword arguments (as
+#: taskiq-redis passes ``**connection_kwargs``). They travel in the URL's
+#: query string, which redis-py reads for every pool and Pub/Sub connection
+#: of the runner (the README's TLS options use the same route).
+URL_OPTIONS: Final[frozenset[str]] = frozenset(
+    {
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "health_check_interval",
+        "client_name",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_cert_reqs",
+        "ssl_check_hostname",
+    }
+)
+
+#: Options the URL's user part carries (redacted wherever the URL is shown).
+_USER_OPTIONS: Final[frozenset[str]] = frozenset({"username", "password"})
+
+#: redis-py options the backend sets itself, and why they cannot be changed.
+_OWN_OPTIONS: Final[dict[str, str]] = {
+    "decode_responses": "the backend reads replies as text",
+    "retry": "commands are never retried blindly: a lost reply may hide a committed write",
+    "retry_on_timeout": "commands are never retried blindly",
+    "retry_on_error": "commands are never retried blindly",
+    "protocol": "the backend speaks RESP2",
+    "max_connections": "use max_connections= (or max_connection_pool_size=)",
+    "db": "give the database number in the URL",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """Where a new runner connects, and where that was decided."""
+
+    target: str
+    options: dict[str, Any] = field(default_factory=dict)  #: ``[backend_options]``
+    source: str = "url"  #: ``url``, ``$SIMPLEBROKER_REDIS_URL`` or a config path
+
+
+def resolve_url(url: str | None) -> str:
+    """Return the target URL for ``url`` (see :func:`choose_server` for None)."""
+    return choose_server(url).target
+
+
+def choose_server(url: str | None) -> Server:
+    """Return the server of ``url``, else of the environment or the project config.
+
+    Raises:
+        ConfigurationError: Nothing names a server, the project's broker is
+            not a Redis one, or its config is invalid.
+
+    """
+    if url is not None:
+        return Server(url)
+    env = os.environ.get(URL_ENV)
+    if env:
+        return Server(env, source=f"${URL_ENV}")
+    here = Path.cwd()
+    try:
+        target = resolve_broker_target(here, config=environment_config())
+    except (BrokerError, OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read the SimpleBroker project config: {exc}") from exc
+    found = "" if target is None else f" (found SimpleBroker backend {target.backend_name!r})"
+    if target is None or (target.backend_name == "sqlite" and target.config_path is None):
+        raise ConfigurationError(
+            f"no server configured: pass url=... or runner=..., set ${URL_ENV}, or add "
+            f'a .broker.toml with backend = "redis" to {here} or a directory above{found}'
+        )
+    where = str(target.config_path or "BROKER_BACKEND")
+    if target.backend_name != "redis":
+        raise ConfigurationError(
+            f"{where} selects SimpleBroker backend {target.backend_name!r}; the Taskiq "
+            'integration needs backend = "redis"'
+        )
+    return Server(target.target, dict(target.backend_options), where)
+
+
+def environment_config() -> Config:
+    """Return SimpleBroker's config from the environment (``BROKER_*``), as its CLI reads it.
+
+    ``resolve_config()`` without ``env`` ignores the environment, so a runner
+    given no config would never see ``BROKER_BACKEND_PASSWORD``.
+    """
+    try:
+        return resolve_config(env=os.environ)
+    except (BrokerError, ValueError) as exc:
+        raise ConfigurationError(f"invalid SimpleBroker setting in the environment: {exc}") from exc
+
+
+def pool_size(max_connections: int | None, max_connection_pool_size: int | None) -> int | None:
+    """Return the pool size given under either name (the second is taskiq-redis's)."""
+    if max_connections is not None and max_connection_pool_size is not None:
+        raise ConfigurationError("pass max_connections or max_connection_pool_size, not both")
+    return max_connections if max_connections is not None else max_connection_pool_size
+
+
+def _option_text(name: str, value: object) -> str:
+    """Return the URL form of one connection option, or raise why it cannot be set."""
+    reason = _OWN_OPTIONS.get(name)
+    if reason is not None:
+        raise ConfigurationError(f"connection option {name!r} cannot be set: {reason}")
+    if name not in URL_OPTIONS and name not in _USER_OPTIONS:
+        known = ", ".join(sorted(URL_OPTIONS | _USER_OPTIONS))
+        raise ConfigurationError(f"unknown connection option {name!r} (supported: {known})")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ConfigurationError(
+        f"connection option {name!r} must be a string, number or bool, not {type(value).__name__}"
+    )
+
+
+def with_connection_options(target: str, options: Mapping[str, Any]) -> str:
+    """Return ``target`` carrying redis-py connection ``options`` (see :data:`URL_OPTIONS`).
+
+    Raises:
+        ConfigurationError: An option the backend sets itself, one it does
+            not know, or a value a URL cannot carry.
+
+    """
+    texts = {
+        name: _option_text(name, value) for name, value in options.items() if value is not None
+    }
+    if not texts:
+        return target
+    parts = urlsplit(target)
+    netloc = parts.netloc
+    if texts.keys() & _USER_OPTIONS:
+        if parts.username is not None or parts.password is not None:
+            raise ConfigurationError("the URL names a user or password already")
+        userinfo = quote(texts.pop("username", ""), safe="")
+        if "password" in texts:
+            userinfo += ":" + quote(texts.pop("password"), safe="")
+        netloc = f"{userinfo}@{netloc}"
+    joined = "&".join(part for part in (parts.query, urlencode(texts)) if part)
+    return urlunsplit((parts.scheme, netloc, parts.path, joined, parts.fragment))
+
+
+def make_runner(
+    url: str | None,
+    runner: AsyncRedisRunner | None,
+    namespace: str | None,
+    max_connections: int | None,
+    *,
+    connection_options: Mapping[str, Any] | None = None,
+    default_max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> AsyncRedisRunner:
+    """Return ``runner``, or a new one for the chosen server (see the module docstring)."""
+    if runner is not None:
+        if url is not None:
+            raise ConfigurationError("pass url or runner, not both")
+        if namespace is not None and namespace != runner.keys.namespace:
+            raise ConfigurationError("namespace differs from the runner's namespace")
+        if connection_options:
+            raise ConfigurationError("connection options apply where the runner is made")
+        return runner
+    server = choose_server(url)
+    options = dict(server.options)
+    if namespace is not None:
+        options["namespace"] = namespace
+    if max_connections is not None:
+        options["max_connections"] = max_connections
+    extra = {
+        name: options[name] for name in ("pool_timeout", "stale_batch_seconds") if name in options
+    }
+    target = with_connection_options(server.target, connection_options or {})
+    try:
+        return AsyncRedisRunner(
+            target,
+            namespace=options.get("namespace", DEFAULT_NAMESPACE),
+            max_connections=options.get("max_connections", default_max_connections),
+            config=environment_config(),
+            **extra,
+        )
+    except (BrokerError, ValueError) as exc:
+        raise ConfigurationError(f"{server.source}: {exc}") from exc
+
+
+async def close_runner(runner: AsyncRedisRunner) -> None:
+    """Close the running loop's pool of ``runner``; a failure is only logged.
+
+    Shutdown must go on even when closing sockets fails (a server that went
+    away, a connection reset).
+    """
+    try:
+        await runner.aclose()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger.debug("closing the connection pool failed: %s", exc)

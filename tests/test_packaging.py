@@ -1,0 +1,43 @@
+"""The wheel ships what users' tools need: type markers, Lua scripts, the right version."""
+
+from __future__ import annotations
+
+import tomllib
+import zipfile
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel of this checkout, built by hatchling as `pip wheel .` builds it."""
+    from hatchling.builders.wheel import WheelBuilder
+
+    out = tmp_path_factory.mktemp("wheel")
+    path = next(WheelBuilder(str(ROOT)).build(directory=str(out), versions=["standard"]))
+    return zipfile.ZipFile(path)
+
+
+def test_both_packages_are_marked_typed(wheel):
+    names = set(wheel.namelist())
+    # PEP 561: without the marker, users' type checkers treat the package as untyped.
+    assert "simplebroker_redis/py.typed" in names
+    assert "taskiq_simplebroker/py.typed" in names
+    assert "simplebroker_redis/lua/reserve.lua" in names
+
+
+def test_version_is_newer_than_the_unrelated_package_of_that_name(wheel):
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    [metadata] = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+    assert f"Version: {declared}" in wheel.read(metadata).decode()
+    # `simplebroker-redis` 4.7.2 on the package index is a different project;
+    # this one must never look older than it.
+    major = int(declared.split(".")[0])
+    assert major >= 5, declared
+    import taskiq_simplebroker
+
+    assert taskiq_simplebroker.__version__ == version("simplebroker-redis") == declared
