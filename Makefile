@@ -6,11 +6,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo bench conformance clean
+.PHONY: install lint typecheck pytest test demo demo-celery bench conformance clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq]'
+	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq,celery]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -29,6 +29,9 @@ test: lint typecheck pytest
 
 demo: install
 	$(BIN)/python examples/demo.py
+
+demo-celery: install
+	$(BIN)/python examples/celery_demo.py
 
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
