@@ -52,19 +52,19 @@ def note(log: str, *words: object) -> None:
 
 
 def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per function
-    @app.task(name="add")
+    @app.task(shared=False, name="add")
     def add(a: int, b: int) -> int:
         return a + b
 
-    @app.task(name="tsum")
+    @app.task(shared=False, name="tsum")
     def tsum(values: list[int]) -> int:
         return sum(values)
 
-    @app.task(name="mul")
+    @app.task(shared=False, name="mul")
     def mul(a: int, b: int) -> int:
         return a * b
 
-    @app.task(name="record", bind=True)
+    @app.task(shared=False, name="record", bind=True)
     def record(self: Any, key: str, seconds: float = 0.0) -> str:
         note(log, "start", key, self.request.hostname)
         if seconds:
@@ -72,14 +72,19 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         note(log, "done", key, self.request.hostname)
         return key
 
-    @app.task(name="flaky", bind=True, max_retries=5)
+    @app.task(shared=False, name="flaky", bind=True, max_retries=5)
     def flaky(self: Any, key: str, failures: int, countdown: float) -> str:
         note(log, "try", key, self.request.retries)
         if self.request.retries < failures:
             raise self.retry(countdown=countdown)
         return f"{key}:{self.request.retries}"
 
-    @app.task(name="boom")
+    @app.task(shared=False, name="collect")
+    def collect(keys: list[str]) -> list[str]:
+        note(log, "body", len(keys))
+        return sorted(keys)
+
+    @app.task(shared=False, name="boom")
     def boom() -> None:
         raise ValueError("boom")
 

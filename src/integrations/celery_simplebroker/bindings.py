@@ -82,7 +82,7 @@ class Bindings:
         def remove(client: redis.Redis) -> None:
             names = [
                 name
-                for name in client.hkeys(keys.bindings)
+                for name in map(str, client.hkeys(keys.bindings))
                 if name.endswith(suffix) and name.split(BINDING_SEPARATOR, 2)[-1] == queue
             ]
             if names:
