@@ -36,6 +36,7 @@ def make_app(url: str, namespace: str, log: str, lease: float = 10.0) -> Celery:
         result_backend_max_retries=50,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        worker_lost_wait=1.0,  # prefork: declare a killed pool process lost after 1 s
     )
     register_tasks(app, log)
     return app

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 
 import pytest
@@ -124,3 +126,23 @@ def test_worker_carries_on_after_the_server_restarts(
     time.sleep(2.0)
     make_server("srv", port=private_server.port, **AOF)
     assert app.send_task("record", ("idle-outage",)).get(timeout=120) == "idle-outage"
+
+
+def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, events):
+    """Prefork + task_reject_on_worker_lost: basic_reject(requeue=True), not a lease expiry."""
+    start_worker("w1", pool="prefork", concurrency=1)
+    result = app.send_task("record", ("victim", 3.0))
+    child = wait_for(
+        lambda: next(
+            (e.pid for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"),
+            None,
+        ),
+        60,
+        "the pool process to start the task",
+    )
+    os.kill(child, signal.SIGKILL)
+    killed = time.time()
+    assert result.get(timeout=60) == "victim"
+    runs = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"]
+    assert len(runs) == 2 and runs[1].pid != child
+    assert runs[1].at - killed < 5  # requeued at once; the 10 s lease never expired
