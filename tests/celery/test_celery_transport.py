@@ -191,3 +191,13 @@ def test_broker_transport_setting_selects_the_transport_without_the_alias(redis_
         assert conn.default_channel.basic_get("jobs").payload == "x"
     finally:
         conn.release()
+
+
+def test_expired_messages_are_dropped_when_taken(conn, core):
+    producer = Producer(conn.default_channel)
+    producer.publish("stale", routing_key="jobs", expiration=0.2)
+    producer.publish("fresh", routing_key="jobs")
+    time.sleep(0.4)
+    assert conn.default_channel.basic_get("jobs").payload == "fresh"
+    assert core.peek_many("jobs", 10) != []  # "fresh" is held, "stale" is gone
+    assert len(core.peek_many("jobs", 10)) == 1
