@@ -157,7 +157,8 @@ class Transport(virtual.Transport):
         return live
 
     def _consumed(self) -> set[str]:
-        return {queue for channel in list(self.channels) for queue in channel._active_queues}
+        # Snapshots: the heartbeat thread calls this while the consumer thread changes them.
+        return {queue for channel in list(self.channels) for queue in list(channel._active_queues)}
 
     def _refresh_bindings(self) -> None:
         consumed = self._consumed()
@@ -277,10 +278,16 @@ class Transport(virtual.Transport):
         self._nudge.set()
 
     def consumers_changed(self, *, consuming: bool) -> None:
-        """Poll again on the next drain; a consumer needs the heartbeat (recovery, bindings)."""
+        """Poll again on the next drain; the heartbeat runs while consuming or holding.
+
+        A process that consumed once (``celery inspect`` collecting replies
+        on a pooled connection) must not run recovery passes forever.
+        """
         self._must_poll = True
         if consuming:
             self._ensure_heartbeat()
+        elif self._heartbeat is not None and not self.holdings.tokens() and not self._consumed():
+            self._heartbeat.stop()
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
         """Deliver one message, waiting on wake-ups rather than polling."""
