@@ -127,3 +127,23 @@ def worker_env(redis_url: str, namespace: str, events) -> dict[str, str]:
         "CELERY_NS": namespace,
         "CELERY_LOG": str(events),
     }
+
+
+def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker, raw):
+    start_worker("w1")
+    assert app.send_task("add", (1, 1)).get(timeout=30) == 2
+    time.sleep(1.0)  # let start-up traffic settle
+
+    def scripts() -> int:
+        stats = raw.info("commandstats")
+        return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha",))
+
+    before = scripts()
+    time.sleep(4.0)
+    idle = scripts() - before
+    # Heartbeat: 4 recovery passes (1/s) and 2 binding refreshes (every 2 s); a transport
+    # polling its two queues each second would add 8 reservations.
+    assert idle <= 9, idle
+    started = time.monotonic()
+    assert app.send_task("add", (2, 2)).get(timeout=30) == 4
+    assert time.monotonic() - started < 2.0  # woken at once, not at the next 10 s recheck
