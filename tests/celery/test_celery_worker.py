@@ -147,3 +147,18 @@ def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker,
     started = time.monotonic()
     assert app.send_task("add", (2, 2)).get(timeout=30) == 4
     assert time.monotonic() - started < 2.0  # woken at once, not at the next 10 s recheck
+
+
+def test_eta_tasks_beyond_the_prefetch_window_are_all_taken_at_once(app, start_worker, events):
+    """Celery widens the prefetch window per ETA task held; each widening takes more at once."""
+    worker = start_worker("w1")  # solo: prefetch window 2
+    ids = {app.send_task("record", (f"later{i}",), countdown=60).id for i in range(8)}
+
+    def held() -> bool:
+        log = read_events(events)
+        got = {e.words[0] for e in log if e.kind == "received" and e.pid == worker.pid}
+        return ids <= got
+
+    started = time.monotonic()
+    wait_for(held, 30, "the worker to hold all eight ETA tasks")
+    assert time.monotonic() - started < 8  # not one window per 10 s idle recheck

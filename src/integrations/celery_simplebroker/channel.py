@@ -212,6 +212,11 @@ class Channel(virtual.Channel):
         self.transport.consumers_changed(consuming=False)
         return result
 
+    def basic_qos(self, *args: Any, **kwargs: Any) -> None:
+        """Change the prefetch window; a waiting consumer may now take more."""
+        super().basic_qos(*args, **kwargs)
+        self.transport.nudge()
+
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """Take one message now (reserved, or claimed with ``no_ack``)."""
         try:

@@ -6,11 +6,11 @@ or with ``broker_transport = "celery_simplebroker.transport:Transport"`` and
 ``broker_url = "redis://host:6379/0"``. See ``docs/celery.md``.
 
 kombu's virtual transport polls every queue each ``polling_interval``; this
-one does not. After a poll finds every consumed queue empty, ``drain_events``
+one does not. Once a poll finds nothing to deliver, ``drain_events``
 sleeps on the queues' Pub/Sub wake-up channels (every write, release and
-recovery publishes there), on a local event set by acknowledgements (when the
-prefetch window was full), or at most ``idle_recheck`` seconds, and polls
-again only then.
+recovery publishes there), on a local event set by acknowledgements and
+prefetch changes (``basic_qos``), or at most ``idle_recheck`` seconds, and
+polls again only then.
 """
 
 from __future__ import annotations
@@ -220,11 +220,13 @@ class Transport(virtual.Transport):
         if row is None:
             raise Empty()
         body, message_id = cast("tuple[str, int]", row)  # with_timestamps: (body, id)
-        payload: dict[str, Any] = json.loads(body)
-        if self._expired(queue, int(message_id), payload):
+        try:
+            payload: dict[str, Any] = json.loads(body)
+            payload["properties"]["delivery_tag"] = f"claimed:{message_id}"
+        except (ValueError, KeyError, TypeError):
+            logger.error("message %s of %s is not a kombu message; dropped", message_id, queue)
             return None
-        payload["properties"]["delivery_tag"] = f"claimed:{message_id}"
-        return payload
+        return None if self._expired(queue, int(message_id), payload) else payload
 
     def _expired(self, queue: str, message_id: int, payload: dict[str, Any]) -> bool:
         now = time.time()
@@ -299,6 +301,7 @@ class Transport(virtual.Transport):
                 try:
                     cycle: Any = self.cycle
                     cycle.get(self._deliver, timeout=timeout)
+                    self._must_poll = True  # only an empty poll means "sleep"
                     return
                 except Empty:
                     self._next_recheck = time.monotonic() + self.options.idle_recheck
