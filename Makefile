@@ -6,11 +6,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo bench conformance server clean
+.PHONY: install lint typecheck pytest test demo demo-celery bench conformance server clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq]'
+	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq,celery]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -37,6 +37,9 @@ server: install
 
 demo: install
 	$(BIN)/python examples/demo.py
+
+demo-celery: install
+	$(BIN)/python examples/celery_demo.py
 
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'

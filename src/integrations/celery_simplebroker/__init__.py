@@ -1,0 +1,31 @@
+"""Celery on simplebroker-redis: a kombu transport with leases, and a result backend.
+
+Importing this package registers the kombu transport alias ``simplebroker``::
+
+    import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
+
+    app.conf.broker_url = "simplebroker+redis://127.0.0.1:6379/0"
+    app.conf.result_backend = "simplebroker+redis://127.0.0.1:6379/0"
+
+Each Celery queue is a SimpleBroker queue in the namespace (``broker peek
+celery`` shows it). Workers hold messages under renewable leases instead of
+a visibility timeout; a dead worker's messages come back within the lease.
+See ``docs/celery.md``.
+"""
+
+from kombu.transport import TRANSPORT_ALIASES
+
+from .options import URL_ENV, ConfigurationError, TransportOptions, storage_queue
+
+#: The kombu transport alias this package registers on import.
+TRANSPORT_ALIAS = "simplebroker"
+
+TRANSPORT_ALIASES.setdefault(TRANSPORT_ALIAS, "celery_simplebroker.transport:Transport")
+
+__all__ = [
+    "TRANSPORT_ALIAS",
+    "URL_ENV",
+    "ConfigurationError",
+    "TransportOptions",
+    "storage_queue",
+]

@@ -1,0 +1,343 @@
+"""``SimpleBrokerBackend``: Celery results in a SimpleBroker namespace, woken through Pub/Sub.
+
+Select it with ``result_backend = "simplebroker+redis://host:6379/0"`` (the
+``celery.result_backends`` entry point needs no import). Results, states
+and metadata live under ``sb:{<namespace>}:celery:celery-task-meta-<id>``
+(Celery's key names inside the namespace's hash tag) and expire after
+``result_expires``. Storing a task's result publishes a wake-up in the same
+transaction, so ``AsyncResult.get()`` and ``GroupResult.join_native()``
+sleep on Pub/Sub instead of polling (``interval`` only paces
+``on_interval`` callbacks; a safety re-read happens every
+:data:`SAFETY_RECHECK` seconds).
+
+Chords count each finished header entry once, whatever its task's
+deliveries, and exactly one call dispatches the body: ``chord_part.lua``
+adds the entry to a set and, when the set is complete, hands the dispatch to
+one caller atomically. A caller that died before dispatching gets the
+dispatch again when its task is redelivered.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import redis
+from celery import states
+from celery.backends.base import KeyValueStoreBackend
+from celery.canvas import maybe_signature
+from celery.exceptions import ChordError, TimeoutError
+from celery.result import GroupResult, allow_join_result
+from kombu.utils.encoding import bytes_to_str
+from simplebroker.ext import OperationalError
+
+from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
+from simplebroker_redis.validation import validate_queue_name
+
+from .keys import CeleryKeys
+from .options import make_runner, resolve_target
+from .scripts import run_script
+
+logger = logging.getLogger("celery_simplebroker")
+
+#: Seconds between re-reads of a result while no wake-up arrives (wake-ups are hints).
+SAFETY_RECHECK: Final[float] = 5.0
+
+#: Lifetime of chord bookkeeping when results never expire (seconds).
+CHORD_FALLBACK_LIFETIME: Final[int] = 86_400
+
+_BINARY = "\x00b:"  # marks a base64 value (a serializer's non-UTF-8 bytes)
+_ESCAPED = "\x00t:"  # marks text that starts with NUL itself
+
+
+def encode_value(value: str | bytes) -> str:
+    """Return text for Redis: text verbatim (readable JSON), bytes as marked base64."""
+    if isinstance(value, bytes):
+        return _BINARY + base64.b64encode(value).decode("ascii")
+    return _ESCAPED + value if value.startswith("\x00") else value
+
+
+def decode_value(text: str | bytes | None) -> str | bytes | None:
+    """Return what :func:`encode_value` was given."""
+    if text is None or isinstance(text, bytes) or not text.startswith("\x00"):
+        return text
+    if text.startswith(_BINARY):
+        return base64.b64decode(text[len(_BINARY) :])
+    return text[len(_ESCAPED) :] if text.startswith(_ESCAPED) else text
+
+
+def wake_name(task_id: str) -> str:
+    """Return the pseudo queue whose wake-up channel announces ``task_id``'s result."""
+    name = f"celery-result.{task_id}"
+    try:
+        return validate_queue_name(name)
+    except ValueError:
+        return "celery-result.x" + hashlib.sha256(task_id.encode("utf-8")).hexdigest()[:40]
+
+
+class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery is untyped
+    """Celery result backend on simplebroker-redis.
+
+    Options come from ``result_backend_transport_options``: ``namespace``,
+    ``max_connections``, ``pool_timeout``.
+    """
+
+    supports_autoexpire = True
+    supports_native_join = True
+    implements_incr = True
+
+    def __init__(self, app: Any = None, url: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("expires_type", int)
+        super().__init__(app=app, url=url, **kwargs)
+        options = self.app.conf.get("result_backend_transport_options") or {}
+        self.runner = make_runner(resolve_target(url), options)
+        self.keys = CeleryKeys.of(self.runner.keys)
+
+    def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        return super().__reduce__(args, {**(kwargs or {}), "url": self.url})
+
+    def exception_safe_to_retry(self, exc: BaseException) -> bool:
+        """Retry (with ``result_backend_always_retry``) when the server was unreachable."""
+        return isinstance(exc, (OperationalError, redis.ConnectionError, redis.TimeoutError))
+
+    # -- key/value primitives ----------------------------------------------------------
+    def _key(self, key: str | bytes) -> str:
+        return self.keys.result(bytes_to_str(key))
+
+    def get(self, key: str | bytes) -> Any:
+        """Return the stored value of ``key``, or None."""
+        name = self._key(key)
+        return decode_value(self.runner.execute(lambda client: client.get(name), idempotent=True))
+
+    def mget(self, keys: Iterable[str | bytes]) -> list[Any]:
+        """Return the stored values of ``keys`` (None where missing)."""
+        names = [self._key(key) for key in keys]
+        if not names:
+            return []
+        values = self.runner.execute(lambda client: client.mget(names), idempotent=True)
+        return [decode_value(value) for value in values]
+
+    def set(self, key: str | bytes, value: str | bytes) -> None:
+        """Store ``value`` (expires after ``result_expires``); a task's result wakes waiters."""
+        name, text = self._key(key), encode_value(value)
+        expires = int(self.expires) if self.expires else None
+        raw = bytes_to_str(key)
+        prefix = bytes_to_str(self.task_keyprefix)
+        channel = (
+            self.runner.keys.wake_channel(wake_name(raw[len(prefix) :]))
+            if raw.startswith(prefix)
+            else None
+        )
+
+        def store(client: redis.Redis) -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.set(name, text, ex=expires)
+            if channel is not None:
+                pipe.publish(channel, "1")
+            pipe.execute()
+
+        self.runner.execute(store)
+
+    def delete(self, key: str | bytes) -> None:
+        """Delete ``key``."""
+        name = self._key(key)
+        self.runner.execute(lambda client: client.delete(name))
+
+    def incr(self, key: str | bytes) -> int:
+        """Increment the counter ``key`` atomically and return its new value."""
+        name = self._key(key)
+        return int(self.runner.execute(lambda client: client.incr(name)))
+
+    def expire(self, key: str | bytes, value: Any) -> None:
+        """Let ``key`` expire after ``value`` seconds (no-op when falsy)."""
+        if value:
+            name, seconds = self._key(key), int(value)
+            self.runner.execute(lambda client: client.expire(name, seconds))
+
+    # -- waiting ----------------------------------------------------------------------
+    def _waiter(self, task_ids: Iterable[str]) -> QueueActivityWaiter | None:
+        names = sorted({wake_name(bytes_to_str(task_id)) for task_id in task_ids})
+        try:
+            return open_waiter(self.runner, names, None)
+        except Exception as exc:  # noqa: BLE001 - without wake-ups we re-read on a timer
+            logger.debug("no result wake-ups: %s", exc)
+            return None
+
+    @staticmethod
+    def _nap(waiter: QueueActivityWaiter | None, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if waiter is None:
+            time.sleep(min(seconds, 0.5))
+        else:
+            waiter.wait(seconds)
+
+    @staticmethod
+    def _close(waiter: QueueActivityWaiter | None) -> None:
+        if waiter is not None:
+            try:
+                waiter.close()
+            except Exception as exc:  # noqa: BLE001 - the listener recovers on its own
+                logger.debug("closing a result waiter failed: %s", exc)
+
+    def wait_for(
+        self,
+        task_id: str,
+        timeout: float | None = None,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        on_interval: Any = None,
+    ) -> Any:
+        """Return the task's meta once ready, woken by its result's Pub/Sub message."""
+        self._ensure_not_eager()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = self._waiter([task_id])  # subscribed before the first read
+        try:
+            while True:
+                meta = self.get_task_meta(task_id)
+                if meta["status"] in states.READY_STATES:
+                    return meta
+                if on_interval:
+                    on_interval()
+                nap = interval if on_interval else SAFETY_RECHECK
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError("The operation timed out.")
+                    nap = min(nap, remaining)
+                self._nap(waiter, nap)
+        finally:
+            self._close(waiter)
+
+    def get_many(  # noqa: C901 - mirrors Celery's loop, plus the wake-up wait
+        self,
+        task_ids: Iterable[str],
+        timeout: float | None = None,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        on_message: Any = None,
+        on_interval: Any = None,
+        max_iterations: int | None = None,
+        READY_STATES: frozenset[str] = states.READY_STATES,  # noqa: N803 - Celery's name
+    ) -> Iterator[tuple[str, Any]]:
+        """Yield (task id, meta) as results become ready, woken through Pub/Sub."""
+        ids = {bytes_to_str(task_id) for task_id in task_ids}
+        for task_id in list(ids):
+            cached = self._cache.get(task_id)
+            if cached is not None and cached["status"] in READY_STATES:
+                ids.discard(task_id)
+                yield task_id, cached
+        if not ids:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = self._waiter(ids)
+        iterations = 0
+        try:
+            while ids:
+                keys = list(ids)
+                values = self.mget([self.get_key_for_task(key) for key in keys])
+                ready = self._mget_to_results(values, keys, READY_STATES)
+                self._cache.update(ready)
+                ids.difference_update(ready)
+                for task_id, meta in ready.items():
+                    if on_message is not None:
+                        on_message(meta)
+                    yield bytes_to_str(task_id), meta
+                if not ids:
+                    return
+                if on_interval:
+                    on_interval()
+                nap = interval if on_interval else SAFETY_RECHECK
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(f"Operation timed out ({timeout})")
+                    nap = min(nap, remaining)
+                self._nap(waiter, nap)
+                iterations += 1
+                if max_iterations and iterations >= max_iterations:
+                    return
+        finally:
+            self._close(waiter)
+
+    # -- chords ---------------------------------------------------------------------------
+    def _chord_lifetime(self) -> int:
+        return int(self.expires) if self.expires else CHORD_FALLBACK_LIFETIME
+
+    def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> None:
+        """Count a finished header task once; the call completing the chord dispatches the body."""
+        gid = request.group
+        if not gid:
+            return
+        callback = maybe_signature(request.chord, app=self.app)
+        size = request.chord.get("chord_size")
+        deps = None
+        if size is None:
+            deps = self._restore(gid, callback)
+            if deps is None:
+                return
+            size = len(deps)
+        chord_key = self.get_key_for_chord(gid)
+        lifetime = self._chord_lifetime()
+        member = f"{request.id}:{getattr(request, 'group_index', None)}"
+        keys = (self._key(chord_key), self._key(self.get_key_for_chord(gid, key=".dispatch")))
+        seen, dispatch = run_script(
+            self.runner, "chord_part", keys, [member, int(size), lifetime * 1000]
+        )
+        if int(seen) < 0:
+            logger.info("chord %s already dispatched; ignoring a repeated header task", gid)
+            return
+        if not int(dispatch):
+            self.expire(self.get_key_for_group(gid), lifetime)
+            return
+        deps = deps or self._restore(gid, callback)
+        if deps is None:
+            return
+        try:
+            self._dispatch(gid, deps, callback)
+        finally:
+            self._chord_done(keys, lifetime, deps)
+
+    def _restore(self, gid: str, callback: Any) -> Any:
+        try:
+            deps = GroupResult.restore(gid, backend=self)
+        except Exception as exc:  # noqa: BLE001 - reported as the chord's error
+            logger.exception("chord %r: cannot restore its group", gid)
+            self.chord_error_from_stack(callback, ChordError(f"Cannot restore group: {exc!r}"))
+            return None
+        if deps is None:
+            self.chord_error_from_stack(callback, ChordError(f"GroupResult {gid} no longer exists"))
+        return deps
+
+    def _dispatch(self, gid: str, deps: Any, callback: Any) -> None:
+        join = deps.join_native if deps.supports_native_join else deps.join
+        try:
+            with allow_join_result():
+                values = join(timeout=self.app.conf.result_chord_join_timeout, propagate=True)
+        except Exception as exc:  # noqa: BLE001 - a failed header fails the chord
+            culprit = next(deps._failed_join_report(), None)
+            reason = f"Dependency {culprit.id} raised {exc!r}" if culprit else repr(exc)
+            logger.error("chord %r raised: %s", gid, reason)
+            self.chord_error_from_stack(callback, ChordError(reason))
+            return
+        try:
+            callback.delay(values)
+        except Exception as exc:  # noqa: BLE001 - reported as the chord's error
+            logger.exception("chord %r: sending its body failed", gid)
+            self.chord_error_from_stack(callback, ChordError(f"Callback error: {exc!r}"))
+
+    def _chord_done(self, keys: tuple[str, str], lifetime: int, deps: Any) -> None:
+        parts, claim = keys
+
+        def finish(client: redis.Redis) -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.set(claim, "done", ex=lifetime)
+            pipe.delete(parts)
+            pipe.execute()
+
+        self.runner.execute(finish)
+        deps.delete()

@@ -1,0 +1,164 @@
+"""Options of the transport, the target URL, and Celery queue names in SimpleBroker.
+
+Celery passes ``broker_transport_options`` to the transport and
+``result_backend_transport_options`` to the result backend; both accept
+``namespace``, ``max_connections`` and ``pool_timeout``. The lease options
+only concern the transport. See ``docs/celery.md`` for the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
+from simplebroker_redis.validation import validate_queue_name
+
+#: Environment variable naming the server when a URL names none.
+URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+
+#: Seconds a reservation lives without renewal: a dead worker's tasks return after it.
+DEFAULT_LEASE_SECONDS: Final[float] = 10.0
+
+#: Seconds between lease renewals of a worker's heartbeat thread.
+DEFAULT_HEARTBEAT_INTERVAL: Final[float] = 2.0
+
+#: Seconds between recovery passes over expired reservations (any worker's).
+DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
+
+#: Longest sleep of an idle worker between two reservations (wake-ups are hints).
+DEFAULT_IDLE_RECHECK: Final[float] = 10.0
+
+#: Most messages one reservation takes when the prefetch window is unlimited.
+DEFAULT_RESERVE_BATCH: Final[int] = 16
+
+_VALID_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+_MAX_QUEUE = 512
+
+
+class ConfigurationError(ValueError):
+    """A transport or result backend option is invalid."""
+
+
+def resolve_target(url: str | None) -> str:
+    """Return the server URL: ``url`` when it names a server, else ``$SIMPLEBROKER_REDIS_URL``.
+
+    ``simplebroker://`` (no server) means the environment variable.
+    """
+    if url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        if scheme != "simplebroker" and rest not in ("", "/"):
+            return url
+    env = os.environ.get(URL_ENV)
+    if not env:
+        raise ConfigurationError(f"the broker URL names no server and ${URL_ENV} is not set")
+    return env
+
+
+def storage_queue(name: str) -> str:
+    """Return the SimpleBroker queue that stores the Celery queue ``name``.
+
+    Names SimpleBroker accepts are kept, so ``broker peek celery`` shows the
+    ``celery`` queue. Others (Celery's ``celery@host.celery.pidbox``) have
+    each other character written as ``-HH`` per UTF-8 byte, ``-`` included
+    (``celery-40host.celery.pidbox``); names that would be too long end in
+    a digest instead.
+    """
+    if len(name) <= _MAX_QUEUE and _VALID_QUEUE.match(name):
+        return name
+    parts = []
+    for index, char in enumerate(name):
+        if char in _SAFE and not (index == 0 and char == "."):
+            parts.append(char)
+        else:
+            parts.extend(f"-{byte:02X}" for byte in char.encode("utf-8"))
+    escaped = "".join(parts)
+    if escaped.startswith("-"):
+        escaped = "_" + escaped
+    if len(escaped) > _MAX_QUEUE:
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        escaped = f"{escaped[: _MAX_QUEUE - 34]}--{digest}"
+    return validate_queue_name(escaped)
+
+
+def _number(options: Mapping[str, Any], name: str, default: float) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"transport option {name!r} must be a number")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"transport option {name!r} must be a finite number > 0")
+    return float(value)
+
+
+def _optional_count(options: Mapping[str, Any], name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"transport option {name!r} must be an integer >= 1 or None")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class TransportOptions:
+    """The transport's validated ``broker_transport_options``."""
+
+    namespace: str = DEFAULT_NAMESPACE
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    recover_interval: float = DEFAULT_RECOVER_INTERVAL
+    idle_recheck: float = DEFAULT_IDLE_RECHECK
+    reserve_batch: int = DEFAULT_RESERVE_BATCH
+    max_deliveries: int | None = None
+    dead_letter_queue: str | None = None
+    max_connections: int = 50
+    pool_timeout: float | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> TransportOptions:
+        """Validate Celery's ``broker_transport_options`` (unknown keys are ignored)."""
+        lease = _number(options, "lease_seconds", DEFAULT_LEASE_SECONDS)
+        heartbeat = _number(
+            options, "heartbeat_interval", min(DEFAULT_HEARTBEAT_INTERVAL, lease / 4)
+        )
+        if heartbeat > lease / 2:
+            raise ConfigurationError("heartbeat_interval must be at most half of lease_seconds")
+        dead_letter = options.get("dead_letter_queue")
+        max_deliveries = _optional_count(options, "max_deliveries")
+        if max_deliveries is not None and not dead_letter:
+            raise ConfigurationError("max_deliveries needs a dead_letter_queue")
+        batch = options.get("reserve_batch", DEFAULT_RESERVE_BATCH)
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigurationError("transport option 'reserve_batch' must be an integer >= 1")
+        pool_timeout = options.get("pool_timeout")
+        return cls(
+            namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
+            lease_seconds=lease,
+            heartbeat_interval=heartbeat,
+            recover_interval=_number(
+                options, "recover_interval", min(DEFAULT_RECOVER_INTERVAL, heartbeat)
+            ),
+            idle_recheck=_number(options, "idle_recheck", DEFAULT_IDLE_RECHECK),
+            reserve_batch=batch,
+            max_deliveries=max_deliveries,
+            dead_letter_queue=storage_queue(str(dead_letter)) if dead_letter else None,
+            max_connections=int(options.get("max_connections", 50)),
+            pool_timeout=None if pool_timeout is None else float(pool_timeout),
+        )
+
+
+def make_runner(target: str, options: Mapping[str, Any]) -> RedisRunner:
+    """Return a runner for ``target`` with the connection options of ``options``."""
+    timeout = options.get("pool_timeout")
+    return RedisRunner(
+        target,
+        namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
+        max_connections=int(options.get("max_connections", 50)),
+        pool_timeout=None if timeout is None else float(timeout),
+    )

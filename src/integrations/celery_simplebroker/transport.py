@@ -1,0 +1,353 @@
+"""The kombu transport: one runner, the heartbeat, Pub/Sub wake-ups, and the storage calls.
+
+Select it with ``broker_url = "simplebroker+redis://host:6379/0"`` after
+``import celery_simplebroker`` (which registers the ``simplebroker`` alias),
+or with ``broker_transport = "celery_simplebroker.transport:Transport"`` and
+``broker_url = "redis://host:6379/0"``. See ``docs/celery.md``.
+
+kombu's virtual transport polls every queue each ``polling_interval``; this
+one does not. Once a poll finds nothing to deliver, ``drain_events``
+sleeps on the queues' Pub/Sub wake-up channels (every write, release and
+recovery publishes there), on a local event set by acknowledgements and
+prefetch changes (``basic_qos``), or at most ``idle_recheck`` seconds, and
+polls again only then.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from queue import Empty
+from typing import Any, Final, cast
+
+import redis
+from kombu.transport import virtual
+from simplebroker.ext import OperationalError
+
+from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
+from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
+
+from .bindings import Binding, Bindings
+from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
+from .heartbeat import Heartbeat, Holdings
+from .options import TransportOptions, make_runner, resolve_target, storage_queue
+
+logger = logging.getLogger("celery_simplebroker")
+
+#: Lifetime (seconds) of the bindings of an ``auto_delete`` queue without ``x-expires``.
+AUTO_DELETE_LIFETIME: Final[float] = 30.0
+
+
+class Transport(virtual.Transport):
+    """kombu transport on simplebroker-redis: leases, heartbeat, Pub/Sub wake-ups."""
+
+    Channel = Channel
+    driver_type = "redis"
+    driver_name = "simplebroker-redis"
+    #: The URL (``redis://``, ``rediss://``, ``unix://``) is the runner's target, unparsed.
+    can_parse_url = True
+    # kombu annotates the base's value as a one-element tuple.
+    connection_errors = (  # type: ignore[assignment]
+        *virtual.Transport.connection_errors,
+        OperationalError,
+        redis.ConnectionError,
+        redis.TimeoutError,
+    )
+    implements = virtual.Transport.implements.extend(
+        exchange_type=frozenset(["direct", "topic", "fanout"]),
+    )
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        raw_options: Mapping[str, Any] = client.transport_options or {}
+        self.options = TransportOptions.parse(raw_options)
+        self.runner = make_runner(resolve_target(client.hostname), raw_options)
+        self.bindings = Bindings(self.runner)
+        self.holdings = Holdings()
+        self._core: RedisBrokerCore | None = None
+        self._leases: Leases | None = None
+        self._queue_ttls: dict[str, float] = {}
+        self._queue_lifetimes: dict[str, float] = {}
+        self._expiring: dict[str, Binding] = {}
+        self._nudge = threading.Event()
+        self._waiter: QueueActivityWaiter | None = None
+        self._waiter_queues: tuple[str, ...] = ()
+        self._must_poll = True
+        self._next_recheck = 0.0
+        self._heartbeat: Heartbeat | None = None
+
+    # -- connection lifecycle --------------------------------------------------------
+    def establish_connection(self) -> Any:
+        """Reach the server and create or validate the namespace (kombu retries failures)."""
+        self.runner.ensure_initialized()
+        return super().establish_connection()
+
+    def close_connection(self, connection: Any) -> None:
+        """Close channels (handing held messages back), the heartbeat, and the pool."""
+        try:
+            super().close_connection(connection)
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+                self._heartbeat = None
+            self._close_waiter()
+            self.runner.close()
+
+    @property
+    def core(self) -> RedisBrokerCore:
+        """Return the SimpleBroker connection used for writes, broadcasts and stats."""
+        if self._core is None:
+            self._core = RedisBrokerCore(self.runner)
+        return self._core
+
+    @property
+    def leases(self) -> Leases:
+        """Return the reservation API."""
+        if self._leases is None:
+            self._leases = Leases(self.runner)
+        return self._leases
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None:
+            options = self.options
+            self._heartbeat = Heartbeat(
+                self.leases,
+                self.holdings,
+                lease_seconds=options.lease_seconds,
+                interval=options.heartbeat_interval,
+                recover_interval=options.recover_interval,
+                refresh=self._refresh_bindings,
+            )
+        self._heartbeat.start()
+
+    # -- queues and bindings -------------------------------------------------------------
+    def remember_queue(self, queue: str, declaration: Mapping[str, Any]) -> None:
+        """Record a declared queue's message TTL and unused lifetime."""
+        arguments = declaration.get("arguments") or {}
+        ttl = arguments.get("x-message-ttl")
+        if ttl:
+            self._queue_ttls[queue] = float(ttl) / 1000
+        expires = arguments.get("x-expires")
+        if expires:
+            self._queue_lifetimes[queue] = float(expires) / 1000
+        elif declaration.get("auto_delete"):
+            self._queue_lifetimes[queue] = AUTO_DELETE_LIFETIME
+
+    def queue_lifetime(self, queue: str) -> float:
+        """Return how long the queue's bindings live unrefreshed (0: forever)."""
+        return self._queue_lifetimes.get(queue, 0.0)
+
+    def bind(self, binding: Binding) -> None:
+        """Record a binding; an expiring one is refreshed while this process consumes it."""
+        self.bindings.bind([binding])
+        if binding.lifetime:
+            self._expiring[binding.name] = binding
+
+    def table(self, exchange: str) -> list[Binding]:
+        """Return the live bindings of ``exchange``; delete the queues of expired ones."""
+        live, removed = self.bindings.table(exchange)
+        for binding in removed:
+            try:
+                self.purge(storage_queue(binding.queue))
+            except Exception as exc:  # noqa: BLE001 - a later lookup need not fail for it
+                logger.debug("purging expired queue %s failed: %s", binding.queue, exc)
+        return live
+
+    def _consumed(self) -> set[str]:
+        # Snapshots: the heartbeat thread calls this while the consumer thread changes them.
+        return {queue for channel in list(self.channels) for queue in list(channel._active_queues)}
+
+    def _refresh_bindings(self) -> None:
+        consumed = self._consumed()
+        alive = [b for b in list(self._expiring.values()) if b.queue in consumed]
+        if alive:
+            self.bindings.bind(alive)
+
+    def purge(self, queue: str) -> int:
+        """Delete the queue's messages that nobody holds (storage name); return how many."""
+        leases, removed = self.leases, 0
+        while True:
+            lease = leases.reserve(queue, PURGE_BATCH, PURGE_LEASE)
+            if not lease.messages:
+                return removed
+            removed += leases.ack(lease.token, None, delete=True).settled
+
+    # -- taking messages ----------------------------------------------------------------------
+    def reserve(self, queue: str, limit: int) -> Lease:
+        """Reserve up to ``limit`` messages of ``queue`` (storage name) for this process."""
+        options = self.options
+        dead_letter = options.dead_letter_queue
+        if dead_letter == queue:
+            dead_letter = None
+        lease = self.leases.reserve(
+            queue,
+            limit,
+            options.lease_seconds,
+            max_deliveries=options.max_deliveries if dead_letter else None,
+            dead_letter=dead_letter,
+        )
+        if lease.messages:
+            self.holdings.hold(lease.token, len(lease.messages))
+            self._ensure_heartbeat()
+        return lease
+
+    def open_envelope(
+        self, queue: str, token: str, message: LeasedMessage
+    ) -> dict[str, Any] | None:
+        """Return the kombu payload of a reserved message (None: expired or unreadable)."""
+        try:
+            payload: dict[str, Any] = json.loads(message.body)
+            properties = payload["properties"]
+        except (ValueError, KeyError, TypeError):
+            logger.error("message %d of queue %s is not a kombu message", message.id, queue)
+            self.dead_letter(token, message.id, unreadable=queue)
+            return None
+        if self._expired(queue, message.id, payload):
+            self.ack(token, message.id)
+            return None
+        redelivered = message.deliveries > 1
+        properties["delivery_tag"] = delivery_tag(token, message.id)
+        properties.setdefault("delivery_info", {})["redelivered"] = redelivered
+        payload["redelivered"] = redelivered
+        return payload
+
+    def claim(self, queue: str) -> dict[str, Any] | None:
+        """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none."""
+        row = self.core.claim_one(storage_queue(queue), with_timestamps=True)
+        if row is None:
+            raise Empty()
+        body, message_id = cast("tuple[str, int]", row)  # with_timestamps: (body, id)
+        try:
+            payload: dict[str, Any] = json.loads(body)
+            payload["properties"]["delivery_tag"] = f"claimed:{message_id}"
+        except (ValueError, KeyError, TypeError):
+            logger.error("message %s of %s is not a kombu message; dropped", message_id, queue)
+            return None
+        return None if self._expired(queue, int(message_id), payload) else payload
+
+    def _expired(self, queue: str, message_id: int, payload: dict[str, Any]) -> bool:
+        now = time.time()
+        expires_at = payload.get(EXPIRES_FIELD)
+        if expires_at is not None and now > float(expires_at):
+            return True
+        ttl = self._queue_ttls.get(queue)
+        # A message ID is its writer's wall clock in nanoseconds (SimpleBroker's hybrid IDs).
+        return ttl is not None and now > message_id / 1e9 + ttl
+
+    # -- settling ----------------------------------------------------------------------------
+    def ack(self, token: str, message_id: int) -> None:
+        """Delete one reserved message (one round trip)."""
+        settlement = self.leases.ack(token, [message_id], delete=True)
+        self.holdings.settle(token)
+        if settlement.lost:
+            logger.warning(
+                "message %d was acknowledged after its lease expired; it may have run twice",
+                message_id,
+            )
+
+    def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
+        """Make reserved messages pending again, atomically per reservation."""
+        for token, ids in groups.items():
+            id_list = list(ids)
+            try:
+                self.leases.release(token, id_list, undeliver=undeliver)
+            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
+                logger.warning(
+                    "could not hand back %d message(s) (%s); they return when their lease expires",
+                    len(id_list),
+                    exc,
+                )
+            finally:
+                self.holdings.settle(token, len(id_list))
+
+    def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
+        """Move a rejected message to the dead-letter queue, or delete it when there is none."""
+        target = self.options.dead_letter_queue
+        if target is None and unreadable is not None:
+            target = storage_queue(f"{unreadable}.unreadable")
+        if target is None:
+            self.ack(token, message_id)
+            return
+        self.leases.reject(token, [message_id], target)
+        self.holdings.settle(token)
+
+    # -- waiting -------------------------------------------------------------------------------
+    def nudge(self) -> None:
+        """Tell a waiting ``drain_events`` that room or consumers changed (any thread)."""
+        self._nudge.set()
+
+    def consumers_changed(self, *, consuming: bool) -> None:
+        """Poll again on the next drain; the heartbeat runs while consuming or holding.
+
+        A process that consumed once (``celery inspect`` collecting replies
+        on a pooled connection) must not run recovery passes forever.
+        """
+        self._must_poll = True
+        if consuming:
+            self._ensure_heartbeat()
+        elif self._heartbeat is not None and not self.holdings.tokens() and not self._consumed():
+            self._heartbeat.stop()
+
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
+        """Deliver one message, waiting on wake-ups rather than polling."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            waiter = self._current_waiter()  # subscribed before polling: no wake-up is missed
+            if self._should_poll():
+                self._must_poll = False
+                try:
+                    cycle: Any = self.cycle
+                    cycle.get(self._deliver, timeout=timeout)
+                    self._must_poll = True  # only an empty poll means "sleep"
+                    return
+                except Empty:
+                    self._next_recheck = time.monotonic() + self.options.idle_recheck
+            now = time.monotonic()
+            wait = self._next_recheck - now
+            if deadline is not None:
+                if deadline <= now:
+                    raise TimeoutError()
+                wait = min(wait, deadline - now)
+            self._wait(waiter, max(0.0, wait))
+
+    def _should_poll(self) -> bool:
+        if self._must_poll or time.monotonic() >= self._next_recheck:
+            return True
+        return any(channel.buffered() for channel in self.channels)
+
+    def _wait(self, waiter: QueueActivityWaiter | None, seconds: float) -> None:
+        nudge = self._nudge
+        if not nudge.is_set():
+            if waiter is None or self._prefetch_full():
+                nudge.wait(seconds)
+            elif waiter.wait(seconds):
+                self._must_poll = True
+        if nudge.is_set():
+            nudge.clear()
+            self._must_poll = True
+
+    def _prefetch_full(self) -> bool:
+        consuming = [channel for channel in self.channels if channel._consumers]
+        return bool(consuming) and not any(channel.qos.can_consume() for channel in consuming)
+
+    def _current_waiter(self) -> QueueActivityWaiter | None:
+        queues = tuple(sorted({storage_queue(queue) for queue in self._consumed()}))
+        if queues != self._waiter_queues:
+            self._close_waiter()
+            if queues:
+                # The nudge is the waiter's stop event: acknowledgements end its wait.
+                self._waiter = open_waiter(self.runner, queues, self._nudge)
+            self._waiter_queues = queues
+            self._must_poll = True
+        return self._waiter
+
+    def _close_waiter(self) -> None:
+        waiter, self._waiter, self._waiter_queues = self._waiter, None, ()
+        if waiter is not None:
+            try:
+                waiter.close()
+            except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
+                logger.debug("closing the wake-up waiter failed: %s", exc)

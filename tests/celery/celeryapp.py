@@ -1,0 +1,113 @@
+"""The Celery app of the integration tests (imported by workers and by the tests).
+
+Configured from the environment a test gives its worker processes:
+``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (file the
+tasks and signals append events to), ``CELERY_LEASE`` (lease seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import Celery, signals
+
+import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
+
+
+def make_app(url: str, namespace: str, log: str, lease: float = 10.0) -> Celery:
+    app = Celery("celeryapp")
+    options = {
+        "namespace": namespace,
+        "lease_seconds": lease,
+        "heartbeat_interval": min(2.0, lease / 4),
+        "recover_interval": min(1.0, lease / 4),
+    }
+    app.conf.update(
+        broker_url=f"simplebroker+{url}",
+        result_backend=f"simplebroker+{url}",
+        broker_transport_options=options,
+        result_backend_transport_options={"namespace": namespace},
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=2,
+        result_backend_always_retry=True,
+        result_backend_max_retries=50,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_lost_wait=1.0,  # prefork: declare a killed pool process lost after 1 s
+    )
+    register_tasks(app, log)
+    return app
+
+
+def note(log: str, *words: object) -> None:
+    """Append one event line (one write with O_APPEND: lines never interleave)."""
+    line = " ".join(str(word) for word in (time.time(), os.getpid(), *words)) + "\n"
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per function
+    @app.task(shared=False, name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(shared=False, name="tsum")
+    def tsum(values: list[int]) -> int:
+        return sum(values)
+
+    @app.task(shared=False, name="mul")
+    def mul(a: int, b: int) -> int:
+        return a * b
+
+    @app.task(shared=False, name="record", bind=True)
+    def record(self: Any, key: str, seconds: float = 0.0) -> str:
+        note(log, "start", key, self.request.hostname)
+        if seconds:
+            time.sleep(seconds)
+        note(log, "done", key, self.request.hostname)
+        return key
+
+    @app.task(shared=False, name="flaky", bind=True, max_retries=5)
+    def flaky(self: Any, key: str, failures: int, countdown: float) -> str:
+        note(log, "try", key, self.request.retries)
+        if self.request.retries < failures:
+            raise self.retry(countdown=countdown)
+        return f"{key}:{self.request.retries}"
+
+    @app.task(shared=False, name="collect")
+    def collect(keys: list[str]) -> list[str]:
+        note(log, "body", len(keys))
+        return sorted(keys)
+
+    @app.task(shared=False, name="boom")
+    def boom() -> None:
+        raise ValueError("boom")
+
+
+@signals.worker_ready.connect
+def _ready(sender: Any = None, **kwargs: Any) -> None:
+    log = os.environ.get("CELERY_LOG")
+    if log:
+        note(log, "ready", getattr(sender, "hostname", "?"))
+
+
+@signals.task_received.connect
+def _received(request: Any = None, **kwargs: Any) -> None:
+    log = os.environ.get("CELERY_LOG")
+    if log and request is not None:
+        note(log, "received", request.id, request.eta or "-")
+
+
+if os.environ.get("CELERY_NS"):
+    app = make_app(
+        os.environ["SIMPLEBROKER_REDIS_URL"],
+        os.environ["CELERY_NS"],
+        os.environ["CELERY_LOG"],
+        float(os.environ.get("CELERY_LEASE", "10")),
+    )

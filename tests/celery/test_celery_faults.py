@@ -1,0 +1,148 @@
+"""Workers killed, tasks outliving their lease, ETA tasks of dead workers, server restarts."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+from cehelpers import read_events, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def done_keys(events) -> set[str]:
+    return {e.words[0] for e in read_events(events) if e.kind == "done"}
+
+
+@pytest.mark.parametrize("lease", [3.0])
+def test_sigkill_with_acks_late_loses_nothing_and_reruns_quickly(app, start_worker, events):
+    """20 SIGKILLs of a worker at random points: every task runs, re-runs come within 15 s."""
+    rng = random.Random(15)
+    start_worker("keeper", pool="threads", concurrency=3)  # keeps up with the re-runs
+    kills: dict[int, tuple[float, int]] = {}  # trial -> (kill time, victim pid)
+    results, keys = [], []
+    for trial in range(20):
+        victim = start_worker("victim")
+        for i in range(4):
+            keys.append(f"t{trial}-{i}")
+            results.append(app.send_task("record", (keys[-1], 0.25)))
+        time.sleep(rng.uniform(0.0, 1.0))
+        victim.kill()
+        kills[trial] = (time.time(), victim.pid)
+    assert [r.get(timeout=90) for r in results] == keys
+    log = read_events(events)
+    assert set(keys) <= done_keys(events)
+    died = {pid: killed_at for killed_at, pid in kills.values()}
+    assert not [e for e in log if e.pid in died and e.at > died[e.pid] + 0.5]  # dead is dead
+    rerun = 0
+    for trial, (killed_at, pid) in kills.items():
+        for i in range(4):
+            key = f"t{trial}-{i}"
+            starts = [e for e in log if e.kind == "start" and e.words[0] == key]
+            dones = [e for e in log if e.kind == "done" and e.words[0] == key]
+            if any(e.pid == pid for e in starts) and not any(e.pid == pid for e in dones):
+                rerun += 1  # the victim died running it: it ran again elsewhere, soon
+                assert min(e.at for e in dones) - killed_at < 15, key
+    assert rerun >= 1, "no kill hit a running task; the trial proves too little"
+
+
+@pytest.mark.parametrize("lease", [2.0])
+def test_task_longer_than_its_lease_runs_once_while_its_worker_lives(app, start_worker, events):
+    start_worker("w1")
+    start_worker("w2")
+    assert app.send_task("record", ("long", 7.0)).get(timeout=60) == "long"
+    starts = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "long"]
+    assert len(starts) == 1
+
+
+@pytest.mark.parametrize("lease", [4.0])
+def test_eta_task_survives_the_death_of_the_worker_holding_it(app, start_worker, events):
+    """Far-ETA semantics with a short ETA and lease: held, not redelivered, not lost."""
+    victim = start_worker("victim")
+    sent = time.time()
+    result = app.send_task("record", ("eta",), countdown=14)
+    wait_for(
+        lambda: any(
+            e.kind == "received" and e.pid == victim.pid and e.words[0] == result.id
+            for e in read_events(events)
+        ),
+        30,
+        "the victim to hold the ETA task",
+    )
+    heir = start_worker("heir")
+    # The victim renews its lease: the heir does not get the task while the victim lives,
+    # although two leases (4 s) pass.
+    wait_for(lambda: time.time() > sent + 8, 30, "two leases", interval=0.2)
+    assert not any(e.kind == "received" and e.pid == heir.pid for e in read_events(events))
+    victim.kill()
+    killed = time.time()
+    assert result.get(timeout=60) == "eta"
+    log = read_events(events)
+    received = [e for e in log if e.kind == "received" and e.pid == heir.pid]
+    runs = [e for e in log if e.kind == "start" and e.words[0] == "eta"]
+    assert killed < sent + 14, "the victim must die before the ETA"
+    assert [e.pid for e in runs] == [heir.pid]
+    assert received and received[0].at - killed < 15
+    assert runs[0].at >= sent + 13.9
+
+
+AOF = {"appendonly": True, "extra_args": ["--appendfsync", "always"]}
+
+
+@pytest.fixture
+def private_server(make_server):
+    """A server of this test's own, which it may crash and restart (AOF: nothing is lost)."""
+    return make_server("srv", **AOF)
+
+
+@pytest.fixture
+def celery_url(request) -> str:
+    # Only the restart test asks for a private server; the others use the session's.
+    if "private_server" in request.fixturenames:
+        return request.getfixturevalue("private_server").url
+    return request.getfixturevalue("redis_url")
+
+
+@pytest.mark.parametrize("lease", [3.0])
+def test_worker_carries_on_after_the_server_restarts(
+    private_server, app, start_worker, events, make_server
+):
+    start_worker("w1")
+    keys = [f"r{i}" for i in range(12)]
+    results = [app.send_task("record", (key, 0.3)) for key in keys]
+    wait_for(lambda: len(done_keys(events)) >= 2, 60, "the first tasks to finish")
+    private_server.kill()  # a crash, in the middle of the work
+    time.sleep(1.0)  # the worker notices and retries while the server is gone
+    server = make_server("srv", port=private_server.port, **AOF)
+    keys += [f"s{i}" for i in range(3)]
+    results += [app.send_task("record", (key, 0.1)) for key in keys[12:]]
+    assert [r.get(timeout=120) for r in results] == keys
+    assert set(keys) <= done_keys(events)
+    # Again while the worker is idle, sleeping on its wake-up channel: it reconnects.
+    server.kill()
+    time.sleep(2.0)
+    make_server("srv", port=private_server.port, **AOF)
+    assert app.send_task("record", ("idle-outage",)).get(timeout=120) == "idle-outage"
+
+
+def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, events):
+    """Prefork + task_reject_on_worker_lost: basic_reject(requeue=True), not a lease expiry."""
+    start_worker("w1", pool="prefork", concurrency=1)
+    result = app.send_task("record", ("victim", 3.0))
+    child = wait_for(
+        lambda: next(
+            (e.pid for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"),
+            None,
+        ),
+        60,
+        "the pool process to start the task",
+    )
+    os.kill(child, signal.SIGKILL)
+    killed = time.time()
+    assert result.get(timeout=60) == "victim"
+    runs = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"]
+    assert len(runs) == 2 and runs[1].pid != child
+    assert runs[1].at - killed < 5  # requeued at once; the 10 s lease never expired

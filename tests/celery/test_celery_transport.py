@@ -1,0 +1,217 @@
+"""The kombu transport on its own: reservations, rejects, recovery, wake-ups, bindings."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+import celery_simplebroker  # registers the transport alias
+from celery_simplebroker import storage_queue
+from celery_simplebroker.transport import Transport
+from simplebroker_redis import RedisBrokerCore, RedisRunner
+
+
+@pytest.fixture
+def options(namespace: str) -> dict[str, Any]:
+    return {"namespace": namespace, "lease_seconds": 2.0}
+
+
+@pytest.fixture
+def conn(redis_url: str, options: dict[str, Any]) -> Iterator[Connection]:
+    connection = Connection(f"simplebroker+{redis_url}", transport_options=options)
+    yield connection
+    connection.release()
+
+
+@pytest.fixture
+def core(redis_url: str, namespace: str) -> Iterator[RedisBrokerCore]:
+    runner = RedisRunner(redis_url, namespace=namespace)
+    yield RedisBrokerCore(runner)
+    runner.shutdown()
+
+
+def publish(conn: Connection, queue: str, *bodies: Any) -> None:
+    producer = Producer(conn.default_channel)
+    for body in bodies:
+        producer.publish(body, routing_key=queue, serializer="json")
+
+
+def test_a_celery_queue_is_a_readable_simplebroker_queue(conn, core):
+    publish(conn, "jobs", {"n": 1}, {"n": 2})
+    bodies = core.peek_many("jobs", 10, with_timestamps=False)
+    assert len(bodies) == 2
+    assert '"body": "{\\"n\\": 1}"' in bodies[0]  # JSON text, not base64
+    assert conn.default_channel.queue_declare("jobs", passive=True).message_count == 2
+    assert storage_queue("celery@host.celery.pidbox") == "celery-40host.celery.pidbox"
+
+
+def test_reserved_messages_stay_until_acked_and_come_back_on_requeue(conn, core):
+    publish(conn, "jobs", "a", "b")
+    channel = conn.channel()
+    first = channel.basic_get("jobs")
+    assert first.payload == "a" and not first.delivery_info["redelivered"]
+    # Held by this channel: still pending for SimpleBroker, but nobody else gets it.
+    other = conn.clone().channel()
+    second = other.basic_get("jobs")
+    assert second.payload == "b"
+    assert other.basic_get("jobs") is None
+    first.reject(requeue=True)  # pending again at once, at its old place
+    again = other.basic_get("jobs")
+    assert again.payload == "a" and again.delivery_info["redelivered"]
+    again.ack()
+    second.ack()
+    assert core.peek_many("jobs", 10) == []
+    other.connection.client.release()
+
+
+def test_reject_without_requeue_deletes_or_dead_letters(redis_url, namespace, core):
+    options = {"namespace": namespace, "dead_letter_queue": "jobs.dead"}
+    with Connection(f"simplebroker+{redis_url}", transport_options=options) as conn:
+        publish(conn, "jobs", "poison")
+        conn.default_channel.basic_get("jobs").reject(requeue=False)
+        assert core.peek_many("jobs", 10) == []
+        assert len(core.peek_many("jobs.dead", 10)) == 1
+    plain = {"namespace": namespace}
+    with Connection(f"simplebroker+{redis_url}", transport_options=plain) as conn:
+        publish(conn, "other", "x")
+        conn.default_channel.basic_get("other").reject(requeue=False)
+        assert core.peek_many("other", 10) == []
+
+
+def test_basic_recover_and_close_hand_back_unacked_messages(conn, core):
+    publish(conn, "jobs", *range(5))
+    channel = conn.channel()
+    held = [channel.basic_get("jobs") for _ in range(3)]
+    assert [m.payload for m in held] == [0, 1, 2]
+    channel.basic_recover(requeue=True)  # released at once, one script per reservation
+    fresh = conn.clone()
+    got = [fresh.default_channel.basic_get("jobs").payload for _ in range(5)]
+    assert got == [0, 1, 2, 3, 4]
+    fresh.release()  # closing the channel hands its five back too
+    again = conn.clone()
+    assert again.default_channel.basic_get("jobs").payload == 0
+    again.release()
+
+
+def test_held_messages_are_renewed_and_come_back_once_the_holder_stops(conn, redis_url, options):
+    publish(conn, "jobs", "held")
+    holder = Connection(f"simplebroker+{redis_url}", transport_options=options)
+    message = holder.default_channel.basic_get("jobs")
+    assert message.payload == "held"
+    survivor = conn.channel()
+    # The holder's heartbeat renews the 2 s lease: recovery finds nothing to take.
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        survivor.connection.leases.recover()
+        assert survivor.basic_get("jobs") is None
+        time.sleep(0.2)
+    holder.transport._heartbeat.stop()  # the holder "dies": renewals stop, nothing is released
+    stopped = time.monotonic()
+    while (got := survivor.basic_get("jobs")) is None:
+        survivor.connection.leases.recover()  # what every worker's heartbeat does each second
+        time.sleep(0.1)
+        assert time.monotonic() - stopped < 15
+    assert got.payload == "held" and got.delivery_info["redelivered"]
+    got.ack()
+    holder.transport._heartbeat = None
+    holder.release()
+
+
+def test_an_idle_consumer_wakes_on_a_write_without_polling(conn, redis_url, options):
+    received: list[float] = []
+    queue = Queue("jobs", Exchange("jobs"), "jobs")
+
+    def on_message(body: Any, message: Any) -> None:
+        received.append(time.monotonic())
+        message.ack()
+
+    with Consumer(conn, [queue], callbacks=[on_message]):
+        try:  # the first drain polls (empty) and subscribes
+            conn.drain_events(timeout=0.3)
+        except TimeoutError:
+            pass
+        sent: list[float] = []
+
+        def send() -> None:
+            time.sleep(0.5)
+            with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+                sent.append(time.monotonic())
+                publish(other, "jobs", "wake")
+
+        thread = threading.Thread(target=send)
+        thread.start()
+        conn.drain_events(timeout=5)  # the default idle recheck is 10 s: only a wake-up helps
+        thread.join()
+    assert received and received[0] - sent[0] < 1.0
+
+
+def test_purge_size_and_delete(conn, core):
+    publish(conn, "jobs", *range(7))
+    channel = conn.channel()
+    held = channel.basic_get("jobs")
+    assert channel.queue_purge("jobs") == 6  # the held message is not "ready"
+    assert channel.queue_declare("jobs", passive=True).message_count == 1
+    held.ack()
+    publish(conn, "jobs", 1)
+    channel.queue_delete("jobs")
+    assert core.peek_many("jobs", 10) == []
+
+
+def test_fanout_reaches_queues_bound_by_other_processes(conn, redis_url, options, core):
+    exchange = Exchange("bcast", type="fanout")
+    listeners = []
+    for name in ("a@host.pidbox", "b@host.pidbox"):
+        other = Connection(f"simplebroker+{redis_url}", transport_options=options)
+        Queue(name, exchange, expires=5.0, auto_delete=True)(other.default_channel).declare()
+        listeners.append(other)
+    with Connection(f"simplebroker+{redis_url}", transport_options=options) as sender:
+        Producer(sender.default_channel).publish(
+            {"m": "ping"}, exchange=exchange, declare=[exchange], serializer="json"
+        )
+    for name in ("a@host.pidbox", "b@host.pidbox"):
+        assert len(core.peek_many(storage_queue(name), 10)) == 1
+    for other in listeners:
+        other.release()
+
+
+def test_broker_transport_setting_selects_the_transport_without_the_alias(redis_url, namespace):
+    conn = Connection(
+        redis_url,
+        transport="celery_simplebroker.transport:Transport",
+        transport_options={"namespace": namespace},
+    )
+    try:
+        assert isinstance(conn.transport, Transport)
+        publish(conn, "jobs", "x")
+        assert conn.default_channel.basic_get("jobs").payload == "x"
+    finally:
+        conn.release()
+
+
+def test_expired_messages_are_dropped_when_taken(conn, core):
+    producer = Producer(conn.default_channel)
+    producer.publish("stale", routing_key="jobs", expiration=0.2)
+    producer.publish("fresh", routing_key="jobs")
+    time.sleep(0.4)
+    assert conn.default_channel.basic_get("jobs").payload == "fresh"
+    assert core.peek_many("jobs", 10) != []  # "fresh" is held, "stale" is gone
+    assert len(core.peek_many("jobs", 10)) == 1
+
+
+def test_the_integrations_scripts_touch_only_keys_passed_in_keys():
+    lua = Path(celery_simplebroker.__file__).parent / "lua"
+    calls = 0
+    for script in lua.glob("*.lua"):
+        source = script.read_text()
+        assert source.startswith("-- ") and "KEYS:" in source and "ARGV:" in source, script
+        for command, first in re.findall(r"redis\.call\('(\w+)'(?:, ([^,)]+))?", source):
+            calls += 1
+            assert command == "TIME" or re.fullmatch(r"KEYS\[\d\]", first), (script.name, command)
+    assert calls >= 10

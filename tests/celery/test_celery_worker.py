@@ -1,0 +1,164 @@
+"""Real ``celery worker`` processes: results, canvas, retries, ETA, remote control, purge."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from cehelpers import PYTHONPATH, read_events, wait_for
+from celery import chain, chord, group
+from celery.result import AsyncResult
+
+from simplebroker_redis import RedisBrokerCore, RedisRunner
+
+
+def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, namespace):
+    start_worker("w1")
+    started = time.monotonic()
+    assert app.send_task("add", (2, 3)).get(timeout=30) == 5
+    assert time.monotonic() - started < 30
+    assert chain(app.signature("add", (1, 2)), app.signature("mul", (10,)))().get(timeout=30) == 30
+    assert group(app.signature("add", (i, i)) for i in range(6))().get(timeout=30) == [
+        0, 2, 4, 6, 8, 10,
+    ]
+    failed = app.send_task("boom")
+    with pytest.raises(ValueError, match="boom"):
+        failed.get(timeout=30)
+    assert failed.state == "FAILURE"
+    done = app.send_task("add", (1, 1))
+    assert done.get(timeout=30) == 2
+    done.forget()
+    assert AsyncResult(done.id, app=app).state == "PENDING"
+    # Results are Celery's keys inside the namespace (readable JSON).
+    runner = RedisRunner(redis_url, namespace=namespace)
+    key = f"{runner.keys.prefix}celery:celery-task-meta-{failed.id}"
+    assert '"status": "FAILURE"' in runner.execute(lambda client: client.get(key))
+    runner.shutdown()
+
+
+def test_result_get_is_woken_not_polled(app, start_worker):
+    start_worker("w1")
+    app.send_task("add", (0, 0)).get(timeout=30)  # warm up the worker
+    latencies = []
+    for i in range(5):
+        started = time.monotonic()
+        assert app.send_task("add", (i, 1)).get(timeout=30, interval=5) == i + 1
+        latencies.append(time.monotonic() - started)
+    # A polling backend with interval=5 would take >= 5 s per result.
+    assert min(latencies) < 1.0
+
+
+def test_chord_with_header_tasks_on_two_workers_joins_once(app, start_worker, events):
+    start_worker("w1")
+    start_worker("w2")
+    header = [app.signature("record", (f"k{i}", 0.3)) for i in range(8)]
+    result = chord(header)(app.signature("collect"))
+    assert result.get(timeout=60) == sorted(f"k{i}" for i in range(8))
+    log = read_events(events)
+    hosts = {e.words[1] for e in log if e.kind == "done"}
+    assert len(hosts) == 2, f"header ran on {hosts}"
+    time.sleep(1.0)  # a second dispatch would come right after the first
+    assert [e for e in read_events(events) if e.kind == "body"] == [
+        e for e in log if e.kind == "body"
+    ]
+    assert len([e for e in log if e.kind == "body"]) == 1
+
+
+def test_retry_with_countdown_and_eta_task(app, start_worker, events):
+    start_worker("w1")
+    started = time.time()
+    retried = app.send_task("flaky", ("r", 2, 1.0))
+    eta = app.send_task("record", ("eta",), countdown=3)
+    assert retried.get(timeout=60) == "r:2"
+    tries = [e for e in read_events(events) if e.kind == "try"]
+    assert len(tries) == 3
+    assert tries[2].at - tries[0].at >= 1.9  # two countdowns of 1 s
+    assert eta.get(timeout=60) == "eta"
+    run = next(e for e in read_events(events) if e.kind == "start" and e.words[0] == "eta")
+    assert run.at >= started + 2.9
+
+
+def test_inspect_ping_revoke_purge_and_shutdown(app, start_worker, events, redis_url, namespace):
+    worker = start_worker("w1", fast=False)  # with mingle and gossip, as by default
+    replies = app.control.inspect(timeout=5).ping()
+    assert replies and any(name.startswith("w1@") for name in replies)
+    # Revoke a task the worker holds until its ETA: it never runs.
+    doomed = app.send_task("record", ("doomed",), countdown=3)
+    wait_for(
+        lambda: any(e.kind == "received" and e.words[0] == doomed.id for e in read_events(events)),
+        30,
+        "the worker to hold the ETA task",
+    )
+    app.control.revoke(doomed.id)
+    assert app.send_task("record", ("after",), countdown=4).get(timeout=60) == "after"
+    assert not any(e.kind == "start" and e.words[0] == "doomed" for e in read_events(events))
+    assert doomed.state == "REVOKED"
+    # `celery purge` empties a queue nobody consumes.
+    for i in range(5):
+        app.send_task("add", (i, i), queue="idle")
+    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
+    assert len(core.peek_many("idle", 10)) == 5
+    env = {"PYTHONPATH": PYTHONPATH, **worker_env(redis_url, namespace, events)}
+    purge = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celeryapp", "purge", "-f", "-Q", "idle"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert purge.returncode == 0, purge.stderr
+    assert "5 messages" in purge.stdout
+    assert core.peek_many("idle", 10) == []
+    core.runner.shutdown()
+    # Remote shutdown: the worker exits by itself.
+    app.control.shutdown(destination=list(replies))
+    worker.process.wait(60)
+    assert worker.process.returncode == 0
+
+
+def worker_env(redis_url: str, namespace: str, events) -> dict[str, str]:
+    import os
+
+    return {
+        **os.environ,
+        "SIMPLEBROKER_REDIS_URL": redis_url,
+        "CELERY_NS": namespace,
+        "CELERY_LOG": str(events),
+    }
+
+
+def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker, raw):
+    start_worker("w1")
+    assert app.send_task("add", (1, 1)).get(timeout=30) == 2
+    time.sleep(1.0)  # let start-up traffic settle
+
+    def scripts() -> int:
+        stats = raw.info("commandstats")
+        return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha",))
+
+    before = scripts()
+    time.sleep(4.0)
+    idle = scripts() - before
+    # Heartbeat: 4 recovery passes (1/s) and 2 binding refreshes (every 2 s); a transport
+    # polling its two queues each second would add 8 reservations.
+    assert idle <= 9, idle
+    started = time.monotonic()
+    assert app.send_task("add", (2, 2)).get(timeout=30) == 4
+    assert time.monotonic() - started < 2.0  # woken at once, not at the next 10 s recheck
+
+
+def test_eta_tasks_beyond_the_prefetch_window_are_all_taken_at_once(app, start_worker, events):
+    """Celery widens the prefetch window per ETA task held; each widening takes more at once."""
+    worker = start_worker("w1")  # solo: prefetch window 2
+    ids = {app.send_task("record", (f"later{i}",), countdown=60).id for i in range(8)}
+
+    def held() -> bool:
+        log = read_events(events)
+        got = {e.words[0] for e in log if e.kind == "received" and e.pid == worker.pid}
+        return ids <= got
+
+    started = time.monotonic()
+    wait_for(held, 30, "the worker to hold all eight ETA tasks")
+    assert time.monotonic() - started < 8  # not one window per 10 s idle recheck
