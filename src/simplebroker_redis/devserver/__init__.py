@@ -1,7 +1,8 @@
 """Throwaway local Valkey/Redis servers and topologies for tests, benchmarks and the demo.
 
 ``DevServer`` runs one server (``_server``); ``DevCluster`` a Redis Cluster
-(``_cluster``). Every topology lives under one temp dir, waits by polling
+(``_cluster``); ``DevSentinelGroup`` a primary, its replicas and sentinels
+(``_sentinel``). Every topology lives under one temp dir, waits by polling
 the servers' own view of it (never a fixed sleep), and kills its processes
 and removes its dir on ``stop()``, also when ``start()`` fails. Run
 ``python -m simplebroker_redis.devserver --help`` for the one-server CLI.
@@ -9,6 +10,7 @@ and removes its dir on ``stop()``, also when ``start()`` fails. Run
 
 from simplebroker_redis.devserver._cluster import CLUSTER_SLOTS, DevCluster, DevClusterNode
 from simplebroker_redis.devserver._node import TOPOLOGY_TIMEOUT, DevNode, free_ports, wait_for
+from simplebroker_redis.devserver._sentinel import DevSentinel, DevSentinelGroup
 from simplebroker_redis.devserver._server import (
     SERVER_ENV,
     DevServer,
@@ -24,6 +26,8 @@ __all__ = [
     "DevCluster",
     "DevClusterNode",
     "DevNode",
+    "DevSentinel",
+    "DevSentinelGroup",
     "DevServer",
     "free_port",
     "free_ports",
