@@ -11,6 +11,7 @@ from typing import Final
 from redis.crc import key_slot
 
 from simplebroker_redis.devserver._node import (
+    PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
     check_password,
@@ -67,6 +68,16 @@ def _parse_cluster_nodes(text: str) -> dict[str, _ClusterView]:
             moving=tuple(t for t in tail if t.startswith("[")),
         )
     return views
+
+
+def _probe_key(view: _ClusterView) -> str:
+    """Return a replication probe key in a slot that ``view``'s node serves."""
+    i = 0
+    while True:
+        key = f"{PROBE_KEY}:{i}"
+        if view.owns(key_slot(key.encode())):
+            return key
+        i += 1
 
 
 #: Flags that a reachable, fully joined cluster node never carries.
@@ -216,8 +227,8 @@ class DevCluster:
         """Wait until every running node agrees on nodes, roles and slots, and sees dead ones fail.
 
         Without ``allow_down`` also every running node must report
-        ``cluster_state:ok`` and no dead node may own slots; replicas must
-        have a live replication link.
+        ``cluster_state:ok`` and no dead node may own slots. Replicas must
+        have a live link, and a write on each primary must reach them (WAIT).
         """
         wait_for("cluster", lambda: self._stable_problem(allow_down), timeout)
 
@@ -225,6 +236,7 @@ class DevCluster:
         dead = {node.node_id for node in self.nodes if not node.alive}
         reference: dict[str, tuple[str, str, tuple[str, ...]]] | None = None
         first: DevClusterNode | None = None
+        agreed: dict[str, _ClusterView] = {}
         for node in self.nodes:
             if not node.alive:
                 continue
@@ -243,6 +255,22 @@ class DevCluster:
             if views[node.node_id].role == "slave":
                 primary = self._by_id(views[node.node_id].master_id)
                 problem = node.replica_link_problem(primary.port)
+                if problem:
+                    return problem
+            agreed = views
+        return self._replication_problem(agreed) if first is not None else None
+
+    def _replication_problem(self, views: dict[str, _ClusterView]) -> str | None:
+        """Return why a running primary's writes do not reach its running replicas yet."""
+        for node in self.nodes:
+            view = views[node.node_id]
+            if not node.alive or view.role != "master" or not view.slots:
+                continue
+            replicas = [
+                n for n in self.nodes if n.alive and views[n.node_id].master_id == node.node_id
+            ]
+            if replicas:
+                problem = node.replication_problem(_probe_key(view), len(replicas))
                 if problem:
                     return problem
         return None

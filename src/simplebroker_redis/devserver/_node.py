@@ -20,6 +20,9 @@ POLL_INTERVAL: Final[float] = 0.05
 #: Default deadline of a topology start, failover or resharding (generous: busy CI hosts).
 TOPOLOGY_TIMEOUT: Final[float] = 60.0
 
+#: Key that readiness checks write and delete at once to see replication work.
+PROBE_KEY: Final[str] = "__devserver:probe"
+
 #: A readiness check: ``None`` when ready, else what is still missing.
 Check = Callable[[], "str | None"]
 
@@ -100,9 +103,9 @@ class DevNode(DevServer):
         """Return whether the process runs."""
         return self.process is not None and self.process.poll() is None
 
-    def call(self, *args: str | int, decode: bool = True) -> Any:
-        """Run one command on this node (fresh connection, no retries, 5 s timeout)."""
-        client = redis.Redis(
+    def _client(self, decode: bool = True) -> redis.Redis:
+        """Return a one-off admin client: no retries, short timeouts, flat RESP2 replies."""
+        return redis.Redis(
             host="127.0.0.1",
             port=self.port,
             password=self.password,
@@ -114,9 +117,30 @@ class DevNode(DevServer):
             # a dead node for a few seconds.
             retry=Retry(NoBackoff(), 0),
         )
-        with client:
-            # redis-py leaves execute_command unannotated.
-            return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    def call(self, *args: str | int, decode: bool = True) -> Any:
+        """Run one command on this node (fresh connection, no retries, 5 s timeout)."""
+        with self._client(decode) as client:
+            return client.execute_command(*args)
+
+    def replication_problem(self, probe_key: str, replicas: int) -> str | None:
+        """Return why a write on this primary does not reach ``replicas`` replicas yet.
+
+        A replica reports its link up, and its primary lists it, before the
+        primary streams writes to it: after a full sync the primary waits for
+        the replica's first ACK. A failover in that window lost a write made
+        right after ``start()`` (seen on Redis 7.0). So write and delete
+        ``probe_key`` and WAIT for both on the same connection.
+        """
+        with self._client() as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.set(probe_key, "1")
+            pipe.delete(probe_key)
+            pipe.wait(replicas, 100)
+            acked = int(pipe.execute()[-1])
+        if acked < replicas:
+            return f"primary {self.port}: {acked} of {replicas} replicas acknowledge writes"
+        return None
 
     def replica_link_problem(self, primary_port: int) -> str | None:
         """Return why this node is not a synced replica of ``primary_port`` (None: it is)."""

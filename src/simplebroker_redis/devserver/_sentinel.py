@@ -12,6 +12,7 @@ from typing import Final
 import redis
 
 from simplebroker_redis.devserver._node import (
+    PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
     check_password,
@@ -199,8 +200,9 @@ class DevSentinelGroup:
         """Wait until every running sentinel names the same running primary, and all agree.
 
         The primary's ROLE is master and lists every running data node as a
-        synced replica; every sentinel knows the other sentinels and lists
-        those replicas as healthy replicas of it.
+        synced replica that acknowledges a probe write (WAIT); every sentinel
+        knows the other sentinels and lists those replicas as healthy replicas
+        of it.
         """
         wait_for(f"sentinel group {self.service}", self._stable_problem, timeout)
 
@@ -214,10 +216,17 @@ class DevSentinelGroup:
         primary = self._node_at(named.pop())
         if not primary.alive:
             return f"sentinels still name the dead primary {primary.port}"
+        replicas = [n for n in self.nodes if n.alive and n is not primary]
+        problem = self._data_problem(primary, replicas)
+        for sentinel in self.sentinels:
+            if problem is None and sentinel.alive:
+                problem = self._sentinel_problem(sentinel, primary.port, replicas)
+        return problem
+
+    def _data_problem(self, primary: DevNode, replicas: list[DevNode]) -> str | None:
         role = primary.call("ROLE")
         if role[0] != "master":
             return f"{primary.port} has role {role[0]}"
-        replicas = [n for n in self.nodes if n.alive and n is not primary]
         listed = {int(entry[1]) for entry in role[2]}
         for replica in replicas:
             problem = replica.replica_link_problem(primary.port)
@@ -225,12 +234,7 @@ class DevSentinelGroup:
                 return problem
             if replica.port not in listed:
                 return f"primary {primary.port} does not list replica {replica.port}"
-        for sentinel in self.sentinels:
-            if sentinel.alive:
-                problem = self._sentinel_problem(sentinel, primary.port, replicas)
-                if problem:
-                    return problem
-        return None
+        return primary.replication_problem(PROBE_KEY, len(replicas)) if replicas else None
 
     def _sentinel_problem(
         self, sentinel: DevSentinel, primary_port: int, replicas: list[DevNode]
