@@ -35,6 +35,9 @@ COMMAND_TIMEOUT: Final[float] = 60.0
 
 _DEFAULT_BUSY_TIMEOUT_MS: Final[int] = 5000
 
+#: Environment variable holding the password when the target URL has none.
+PASSWORD_ENV: Final[str] = "BROKER_BACKEND_PASSWORD"
+
 # No CLIENT SETINFO on connect: one round trip less per new connection, and a
 # least-privilege ACL user need not be granted it (Redis 7.0 lacks it).
 _NO_SETINFO: Final[dict[str, Any]] = (
@@ -45,11 +48,18 @@ _NO_SETINFO: Final[dict[str, Any]] = (
 
 
 def config_settings(config: Mapping[str, Any] | None) -> tuple[float, str]:
-    """Return (default pool timeout, environment password) of a SimpleBroker config."""
+    """Return (default pool timeout, password) from a SimpleBroker config.
+
+    Without a config, the environment's ``BROKER_*`` settings apply. The
+    password is the config's ``BACKEND_PASSWORD``, else
+    ``$BROKER_BACKEND_PASSWORD`` (documented as the way to keep it out of
+    files, whichever way the runner was built).
+    """
     if config is None:
-        config = resolve_config()
+        config = resolve_config(env=os.environ)
     busy = config.get("BUSY_TIMEOUT", _DEFAULT_BUSY_TIMEOUT_MS)
-    return float(busy) / 1000.0, str(config.get("BACKEND_PASSWORD") or "")
+    password = config.get("BACKEND_PASSWORD") or os.environ.get(PASSWORD_ENV, "")
+    return float(busy) / 1000.0, str(password)
 
 
 class Connections:

@@ -36,6 +36,11 @@ _CONNECT_FAILED_RE: Final = re.compile(r"(?i)(?:error [-\d]+ )?connecting to|con
 _SCRIPT_ERROR_RE: Final = re.compile(
     r"^SBR_([A-Z]+) ?(.*?)(?: script: [0-9a-f]+, on @user_script:\d+\.)?$", re.S
 )
+# The server's words for "no password was given" (HELLO/AUTH handshake, any command).
+_AUTH_REQUIRED_RE: Final = re.compile(
+    r"(?i)must be called with the client already authenticated|NOAUTH|authentication required"
+)
+
 _SCRIPT_SHA_RE: Final = re.compile(r"script: ([0-9a-f]{40})")
 _USER_SCRIPT_RE: Final = re.compile(r"user_script:(\d+)")
 
@@ -227,8 +232,19 @@ def translate(exc: BaseException, where: str) -> BaseException:
         return exc
     if isinstance(exc, rx.ResponseError):
         return _translate_response(exc, where)
-    if isinstance(exc, rx.AuthenticationError):
-        return _operational(f"cannot authenticate to Redis at {where}: {exc}", retryable=False)
+    if isinstance(exc, rx.AuthenticationError) or str(exc).startswith("NOAUTH"):
+        if _AUTH_REQUIRED_RE.search(str(exc)):
+            return _operational(
+                f"cannot authenticate to Redis at {where}: the server requires a password and "
+                "none was given; put it in the URL (redis://[user]:PASSWORD@host:port/db) or "
+                "in BROKER_BACKEND_PASSWORD",
+                retryable=False,
+            )
+        return _operational(
+            f"cannot authenticate to Redis at {where}: the server refused the user name or "
+            f"password ({exc})",
+            retryable=False,
+        )
     if isinstance(exc, rx.BusyLoadingError):
         return _operational(f"Redis at {where} is loading data: {exc}", retryable=True)
     if isinstance(exc, rx.ConnectionError) and str(exc) == "No connection available.":

@@ -21,7 +21,12 @@ def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, na
     assert time.monotonic() - started < 30
     assert chain(app.signature("add", (1, 2)), app.signature("mul", (10,)))().get(timeout=30) == 30
     assert group(app.signature("add", (i, i)) for i in range(6))().get(timeout=30) == [
-        0, 2, 4, 6, 8, 10,
+        0,
+        2,
+        4,
+        6,
+        8,
+        10,
     ]
     failed = app.send_task("boom")
     with pytest.raises(ValueError, match="boom"):

@@ -181,3 +181,28 @@ def test_cli_works_with_the_password_from_the_environment(auth_server, tmp_path)
     read = broker_cli(project, "read", "jobs", env=env)
     assert (read.returncode, read.stdout.strip()) == (0, "hello")
     assert_secret_free(read.stdout, read.stderr)
+
+
+def test_a_missing_password_says_how_to_give_one(auth_server):
+    url = f"redis://127.0.0.1:{auth_server.port}/0"
+    for operation in (
+        lambda: RedisRunner(url, namespace="app").ensure_initialized(),
+        lambda: redis_backend_plugin.create_core(url, backend_options={"namespace": "app"}),
+    ):
+        with pytest.raises(OperationalError) as caught:
+            operation()
+        text = str(caught.value)
+        assert "requires a password and none was given" in text, text
+        assert "BROKER_BACKEND_PASSWORD" in text and "HELLO" not in text
+        assert not caught.value.retryable
+
+
+def test_an_explicit_runner_takes_the_password_from_the_environment(auth_server, monkeypatch):
+    monkeypatch.setenv("BROKER_BACKEND_PASSWORD", SECRET)
+    runner = RedisRunner(f"redis://127.0.0.1:{auth_server.port}/0", namespace="app")
+    core = RedisBrokerCore(runner, owns_runner=True)
+    try:
+        assert core.write("jobs", "x") > 0
+        assert core.claim_one("jobs", with_timestamps=False) == "x"
+    finally:
+        core.shutdown()

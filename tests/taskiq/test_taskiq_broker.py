@@ -136,6 +136,7 @@ async def test_prefetch_bounds_the_read_ahead_not_the_running_tasks(
 
     assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
 
+
 async def test_close_hands_back_unyielded_tasks_at_once(client, redis_url, namespace, broker):
     worker = make_broker(redis_url, namespace, prefetch=5)
     for i in range(5):

@@ -67,7 +67,8 @@ class DevServer:
     ) -> None:
         self.binary = binary or server_binary()
         self._own_dir = data_dir is None
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="sbredis-server-")
+        # Absolute: the server changes into its --dir before opening its log file.
+        self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="sbredis-server-"))
         os.makedirs(self.data_dir, exist_ok=True)
         self.port = 0 if unix_socket else (port or free_port())
         self.socket_path = os.path.join(self.data_dir, "server.sock") if unix_socket else None
