@@ -129,19 +129,20 @@ def test_no_lua_file_spells_out_a_key_index_or_a_shared_constant(file, text, own
 def test_the_prelude_matches_keys_py_on_the_server(raw, runner):
     keys = list(runner.keys.fixed_keys)
     names = ", ".join(f"K_{name.upper()}" for name, _ in FIXED_KEYS)
-    got = raw.eval(f"{scripts.prelude()}\nreturn {{{names}}}", len(keys), *keys, "wake")
+    prelude = f"{scripts.prelude()}\nbind(KEYS, ARGV)\n"
+    got = raw.eval(f"{prelude}return {{{names}}}", len(keys), *keys, "wake")
     assert got == keys == list(Keyspace.for_namespace(runner.keys.namespace).fixed_keys)
     types = raw.eval(
-        f"{scripts.prelude()}\nlocal out = {{}}\n"
-        "for i = 1, #KEYS do out[i] = KEY_TYPES[KEYS[i]] end\nreturn out",
+        f"{prelude}local out = {{}}\n"
+        "for i = 1, #KEYS do out[i] = key_type(KEYS[i]) end\nreturn out",
         len(keys),
         *keys,
         "wake",
     )
     assert types == [kind for _, kind in FIXED_KEYS]
     constants = raw.eval(
-        f"{scripts.prelude()}\n"
-        "return {MAGIC, SCHEMA, tostring(ID_WIDTH), ZERO_ID, MAX_ID, WAKE_PREFIX, FIXED_KEYS}",
+        f"{prelude}return "
+        "{MAGIC, SCHEMA, tostring(ID_WIDTH), ZERO_ID, MAX_ID, WAKE_PREFIX, FIXED_KEYS}",
         len(keys),
         *keys,
         "wake",
@@ -166,7 +167,7 @@ def test_a_server_error_names_the_lua_file_and_line(runner):
     with pytest.raises(OperationalError) as caught:
         runner.run(bad)
     assert f"write.lua:{line}:" in str(caught.value)
-    assert "user_script" not in str(caught.value)
+    assert "user_function" not in str(caught.value)
 
 
 def test_locate_maps_every_part_of_an_assembled_script():

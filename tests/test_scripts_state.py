@@ -10,7 +10,7 @@ from helpers import body_map, members, stored, without_meta
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
-from simplebroker_redis.scripts import SCRIPT_NAMES, script_source
+from simplebroker_redis.scripts import SCRIPT_NAMES, function_name, library_name, script_source
 
 OPERATIONS = {
     "write": lambda b: b.write("q", "x"),
@@ -47,36 +47,85 @@ def _run_everything(core) -> None:
         operation(core)
 
 
-def test_registered_scripts_are_the_packaged_sources(runner):
+@pytest.fixture
+def eval_runner(redis_url, namespace):
+    runner = RedisRunner(redis_url, namespace=namespace, scripting="eval")
+    yield runner
+    runner.shutdown()
+
+
+def test_registered_scripts_are_the_packaged_sources(eval_runner):
     for name in SCRIPT_NAMES:
-        script = runner.scripts[name]
+        script = eval_runner.scripts[name]
         assert script.sha == hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
-def test_every_operation_runs_scripts_by_sha_only(broker, raw):
-    eval_before, evalsha_before = _calls(raw, "eval"), _calls(raw, "evalsha")
+def _libraries(raw) -> dict[str, dict[str, list[str]]]:
+    """FUNCTION LIST as {library: {function: flags}} (RESP2 replies are flat lists)."""
+    out = {}
+    for entry in raw.function_list():
+        library = dict(zip(entry[::2], entry[1::2], strict=True))
+        functions = [dict(zip(f[::2], f[1::2], strict=True)) for f in library["functions"]]
+        out[library["library_name"]] = {f["name"]: f["flags"] for f in functions}
+    return out
+
+
+def test_the_library_holds_one_function_per_operation(broker, raw):
+    broker.write("q", "seed")  # loads the library on first use
+    functions = _libraries(raw)[library_name()]
+    assert set(functions) == {function_name(name) for name in SCRIPT_NAMES}
+    read_only = {name for name in SCRIPT_NAMES if "no-writes" in functions[function_name(name)]}
+    assert read_only == {"peek", "stats", "probe", "find"}
+
+
+def test_every_operation_runs_functions_only(broker, raw):
+    before = {name: _calls(raw, name) for name in ("eval", "evalsha", "fcall")}
     _run_everything(broker)
-    assert _calls(raw, "eval") == eval_before
-    assert _calls(raw, "evalsha") - evalsha_before >= len(OPERATIONS)
+    assert _calls(raw, "eval") == before["eval"]
+    assert _calls(raw, "evalsha") == before["evalsha"]
+    assert _calls(raw, "fcall") - before["fcall"] >= len(OPERATIONS)
+
+
+def test_eval_mode_runs_every_operation_by_sha_only(eval_runner, raw):
+    core = RedisBrokerCore(eval_runner)
+    before = {name: _calls(raw, name) for name in ("eval", "evalsha", "fcall")}
+    _run_everything(core)
+    assert _calls(raw, "eval") == before["eval"]
+    assert _calls(raw, "fcall") == before["fcall"]
+    assert _calls(raw, "evalsha") - before["evalsha"] >= len(OPERATIONS)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
-def test_operation_works_after_script_flush(broker, raw, runner, name):
+def test_operation_works_after_function_flush(broker, raw, name):
     broker.write("q", "seed")
     broker.write("q", "seed 2")
-    raw.script_flush()
-    assert not any(raw.script_exists(runner.scripts["write"].sha))
-    eval_before = _calls(raw, "eval")
-    OPERATIONS[name](broker)
-    assert _calls(raw, "eval") == eval_before  # reloaded with SCRIPT LOAD, run by SHA
+    raw.function_flush()
+    assert library_name() not in _libraries(raw)
+    OPERATIONS[name](broker)  # loads the library again, then runs
+    assert library_name() in _libraries(raw)
     # Every later operation keeps working too.
-    raw.script_flush()
+    raw.function_flush()
     assert broker.write("after", "flush") > 0
     assert broker.claim_one("after", with_timestamps=False) == "flush"
 
 
-def test_a_fresh_core_works_after_script_flush(redis_url, namespace, raw):
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_eval_mode_operation_works_after_script_flush(eval_runner, raw, name):
+    core = RedisBrokerCore(eval_runner)
+    core.write("q", "seed")
+    core.write("q", "seed 2")
     raw.script_flush()
+    assert not any(raw.script_exists(eval_runner.scripts["write"].sha))
+    eval_before = _calls(raw, "eval")
+    OPERATIONS[name](core)
+    assert _calls(raw, "eval") == eval_before  # reloaded with SCRIPT LOAD, run by SHA
+    raw.script_flush()
+    assert core.write("after", "flush") > 0
+    assert core.claim_one("after", with_timestamps=False) == "flush"
+
+
+def test_a_fresh_core_works_after_function_flush(redis_url, namespace, raw):
+    raw.function_flush()
     core = redis_backend_plugin.create_core(redis_url, backend_options={"namespace": namespace})
     written = core.write("q", "x")
     assert core.claim_one("q") == ("x", written)

@@ -34,15 +34,15 @@ _WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
 _CONNECT_FAILED_RE: Final = re.compile(r"(?i)(?:error [-\d]+ )?connecting to|connection refused")
 
 _SCRIPT_ERROR_RE: Final = re.compile(
-    r"^SBR_([A-Z]+) ?(.*?)(?: script: [0-9a-f]+, on @user_script:\d+\.)?$", re.S
+    r"^SBR_([A-Z]+) ?(.*?)(?: script: \w+, on @user_\w+:\d+\.)?$", re.S
 )
 # The server's words for "no password was given" (HELLO/AUTH handshake, any command).
 _AUTH_REQUIRED_RE: Final = re.compile(
     r"(?i)must be called with the client already authenticated|NOAUTH|authentication required"
 )
 
-_SCRIPT_SHA_RE: Final = re.compile(r"script: ([0-9a-f]{40})")
-_USER_SCRIPT_RE: Final = re.compile(r"user_script:(\d+)")
+_SCRIPT_SHA_RE: Final = re.compile(r"script: (\w+)")
+_USER_SCRIPT_RE: Final = re.compile(r"user_(?:script|function):(\d+)")
 
 
 class ScriptConflict(Exception):
@@ -219,7 +219,13 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
     if text.startswith(("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")):
         return _operational(f"Redis at {where} is busy: {text}", retryable=True)
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):
-        return _operational(f"Redis at {where} denied access: {text}", retryable=False)
+        hint = ""
+        if "'function" in text or "'fcall'" in text:
+            hint = (
+                " (grant +fcall +function|load, or set backend option scripting = 'eval' "
+                "to run scripts with EVALSHA)"
+            )
+        return _operational(f"Redis at {where} denied access: {text}{hint}", retryable=False)
     return _operational(f"Redis at {where} rejected a command: {text}", retryable=False)
 
 

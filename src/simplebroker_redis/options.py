@@ -34,11 +34,15 @@ _SCHEMES: Final[dict[str, str]] = {
     "valkeys": "rediss",
 }
 
+#: How scripts run on the server: one Functions library (FCALL), or EVALSHA.
+SCRIPTING_MODES: Final[tuple[str, ...]] = ("functions", "eval")
+
 _OPTION_NAMES: Final[tuple[str, ...]] = (
     "namespace",
     "max_connections",
     "pool_timeout",
     "stale_batch_seconds",
+    "scripting",
 )
 
 
@@ -67,6 +71,7 @@ class OptionKwargs(TypedDict, total=False):
     max_connections: int
     pool_timeout: float | None
     stale_batch_seconds: float
+    scripting: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,9 @@ class BackendOptions:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     pool_timeout: float | None = None  #: None: BROKER_BUSY_TIMEOUT / 1000
     stale_batch_seconds: float = DEFAULT_STALE_BATCH_SECONDS
+    #: "functions": one library loaded once, each call an FCALL (faster);
+    #: "eval": each call an EVALSHA (for ACLs or servers without FUNCTION LOAD).
+    scripting: str = "functions"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> BackendOptions:
@@ -111,7 +119,10 @@ class BackendOptions:
             "stale_batch_seconds",
             raw.get("stale_batch_seconds", DEFAULT_STALE_BATCH_SECONDS),
         )
-        return cls(namespace, max_connections, pool_timeout, stale)
+        scripting = raw.get("scripting", "functions")
+        if scripting not in SCRIPTING_MODES:
+            raise _invalid("scripting", scripting, "'functions' or 'eval'")
+        return cls(namespace, max_connections, pool_timeout, stale, scripting)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON-safe mapping form (SimpleBroker transports it)."""
@@ -119,6 +130,7 @@ class BackendOptions:
             "namespace": self.namespace,
             "max_connections": self.max_connections,
             "stale_batch_seconds": self.stale_batch_seconds,
+            "scripting": self.scripting,
         }
         if self.pool_timeout is not None:
             out["pool_timeout"] = self.pool_timeout

@@ -26,7 +26,7 @@ import atexit
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, Unpack
 
 import redis
 from simplebroker import BrokerTarget
@@ -39,7 +39,7 @@ from .errors import NamespaceMissing, WrongType, translate
 from .ids import HighWaterClock
 from .keys import Keyspace
 from .options import BackendOptions, OptionKwargs
-from .scripts import SCRIPT_NAMES, ScriptName, script_source
+from .scripts import SCRIPT_NAMES, ScriptName, function_name, library, script_source
 
 if TYPE_CHECKING:
     from simplebroker.ext import BackendPlugin
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 _POOL_EXHAUSTED = "No connection available."
+_FUNCTION_MISSING = "Function not found"
 
 
 def register_scripts(client: Any) -> dict[ScriptName, Any]:
@@ -120,63 +121,107 @@ class RunnerBase:
     def _operation(
         self, call: Call[Any], scripts: Mapping[ScriptName, Any]
     ) -> Callable[[Any], Any]:
-        """Return ``call`` as a function of a client (sync or asyncio alike)."""
+        """Return ``call`` as a function of a client (sync or asyncio alike).
+
+        ``scripts`` are the client's registered EVALSHA scripts, used when
+        the backend option ``scripting`` is ``"eval"``.
+        """
         if call.command is not None:
             return call.command
         assert call.script is not None, "a Call names a script or a command"
-        script = scripts[call.script]
         keys = [*self._fixed_keys, *call.extra_keys] if call.extra_keys else self._fixed_keys
         args = [self.keys.wake_prefix, *call.args]
-        return lambda client: script(keys=keys, args=args, client=client)
+        if self.options.scripting == "eval":
+            script = scripts[call.script]
+            return lambda client: script(keys=keys, args=args, client=client)
+        name = function_name(call.script)
+        return lambda client: client.fcall(name, len(keys), *keys, *args)
 
     def _attempt(self, call: Call[Any]) -> Attempt:
-        return Attempt(self.where, call)
+        return Attempt(self.where, self.keys, call)
+
+
+def _loaded(reply: Any) -> None:
+    return None
+
+
+#: Loads the Functions library (idempotent: the same name replaces itself).
+LOAD_LIBRARY: Final[Call[None]] = Call(
+    _loaded, command=lambda client: client.function_load(library(), replace=True)
+)
 
 
 class Attempt:
     """The failure rule around the attempts of one call (a context manager).
 
-    ``with attempt:`` around one try; on a redis-py error it raises the
-    translated exception, unless ``call`` may be repeated: once after a
-    connection error when it is idempotent, once after the namespace was
-    found missing (then :attr:`reinitialize` is set and the caller
-    initializes the namespace before trying again). A key of the wrong type
-    (the server does not say which) sets :attr:`wrong_type`: the caller reads
-    the key types and raises :meth:`damaged`, which names the key.
+    ``with attempt:`` wraps one try. On a redis-py error it raises the
+    translated exception, unless the call may be repeated after a *remedy*:
+    another call the runner makes first (:attr:`remedy`), whose reply goes to
+    :meth:`remedied`:
+
+    - the namespace was found missing: initialize it, then try once more;
+    - the Functions library is missing (a server restart, a new cluster
+      node): load it, then try once more (nothing ran before);
+    - a key had the wrong type (the server does not say which): read the
+      key types, and raise a ``DataError`` naming the damaged key.
+
+    An idempotent call is also tried once more after a connection error
+    (no remedy).
     """
 
-    __slots__ = ("call", "count", "reinitialize", "where", "wrong_type")
+    __slots__ = ("_remedy", "_tried", "call", "keys", "where", "wrong_type")
 
-    def __init__(self, where: str, call: Call[Any]) -> None:
+    def __init__(self, where: str, keys: Keyspace, call: Call[Any]) -> None:
         self.where = where
+        self.keys = keys
         self.call = call
-        self.count = 0
-        self.reinitialize = False
         self.wrong_type: WrongType | None = None
+        self._remedy: Call[Any] | None = None
+        self._tried: set[str] = set()  #: what was done again already (each at most once)
 
     def __enter__(self) -> None:
-        self.reinitialize = False
+        self._remedy = None
+
+    def _once(self, what: str) -> bool:
+        if what in self._tried:
+            return False
+        self._tried.add(what)
+        return True
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
         if not isinstance(exc, redis.RedisError):
             return False
-        self.count += 1
         error = translate(exc, self.where)
-        if isinstance(error, WrongType) and self.wrong_type is None:
+        if isinstance(error, WrongType) and self._once("types"):
             error.__cause__ = exc
             self.wrong_type = error
+            self._remedy = key_types(self.keys)
             return True
-        if self.count == 1:
+        if self.call.script is not None:
             if isinstance(error, NamespaceMissing) and self.call.script != "init":
-                self.reinitialize = True
+                self._remedy = init_call("init") if self._once("init") else None
+            elif _FUNCTION_MISSING in str(exc):
+                self._remedy = LOAD_LIBRARY if self._once("load") else None
+            if self._remedy is not None:
                 return True
-            if (
-                self.call.idempotent
-                and isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
-                and str(exc) != _POOL_EXHAUSTED
-            ):
-                return True
+        if (
+            self.call.idempotent
+            and isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+            and str(exc) != _POOL_EXHAUSTED
+            and self._once("reconnect")
+        ):
+            return True
         raise error from exc
+
+    @property
+    def remedy(self) -> Call[Any] | None:
+        """Return the call to make before the next try, if any."""
+        return self._remedy
+
+    def remedied(self, reply: Any) -> None:
+        """Take the remedy's reply; raise when it ends the call (damaged data)."""
+        if self.wrong_type is not None:
+            raise self.damaged(reply)
 
     def damaged(self, types: dict[str, tuple[str, str]]) -> DataError:
         """Return the error for :attr:`wrong_type`, naming the first wrong-typed key found."""
@@ -277,11 +322,8 @@ class RedisRunner(RunnerBase):
         while True:
             with attempt:
                 return call.parse(operation(client))
-            if attempt.wrong_type is not None:
-                raise attempt.damaged(self.run(key_types(self.keys)))
-            if attempt.reinitialize:
-                self.mark_initialized(False)
-                self.ensure_initialized()
+            if attempt.remedy is not None:
+                attempt.remedied(self.run(attempt.remedy))
 
     def execute(self, operation: Callable[[redis.Redis], R], *, idempotent: bool = False) -> R:
         """Run plain commands ``operation(client)`` under the same failure rule."""

@@ -34,13 +34,20 @@ class Names:
     task_id: str = "task-1"
 
 
-def exercise(url: str, namespace: str, names: Names = Names(), *, cleanup: bool = True) -> None:
+def exercise(
+    url: str,
+    namespace: str,
+    names: Names = Names(),
+    *,
+    cleanup: bool = True,
+    scripting: str = "functions",
+) -> None:
     """Run every operation on ``namespace`` at ``url``; raise on the first failure."""
-    options = {"namespace": namespace}
+    options = {"namespace": namespace, "scripting": scripting}
     plugin = redis_backend_plugin
     plugin.initialize_target(url, backend_options=options)
     plugin.validate_target(url, backend_options=options)
-    runner = RedisRunner(url, namespace=namespace, stale_batch_seconds=0.05)
+    runner = RedisRunner(url, namespace=namespace, stale_batch_seconds=0.05, scripting=scripting)
     core = RedisBrokerCore(
         runner, config=resolve_config(override={"BROKER_AUTO_VACUUM": 0}), owns_runner=True
     )
@@ -49,8 +56,8 @@ def exercise(url: str, namespace: str, names: Names = Names(), *, cleanup: bool 
         _queues(core, names)
         _reservations(core, names)
         _waiters(url, options, core, names)
-        asyncio.run(_asyncio(url, namespace, names))
-        asyncio.run(_taskiq(url, namespace, names))
+        asyncio.run(_asyncio(url, namespace, names, scripting))
+        asyncio.run(_taskiq(url, namespace, names, scripting))
     finally:
         core.shutdown()
     if cleanup:
@@ -167,8 +174,8 @@ def _waiters(url: str, options: dict[str, Any], core: RedisBrokerCore, n: Names)
         queue.close()
 
 
-async def _asyncio(url: str, namespace: str, n: Names) -> None:
-    runner = AsyncRedisRunner(url, namespace=namespace)
+async def _asyncio(url: str, namespace: str, n: Names, scripting: str) -> None:
+    runner = AsyncRedisRunner(url, namespace=namespace, scripting=scripting)
     try:
         await runner.ensure_initialized()
         await AsyncMessages(runner).write(n.main, "async")
@@ -182,7 +189,7 @@ async def _asyncio(url: str, namespace: str, n: Names) -> None:
         await runner.aclose()
 
 
-async def _taskiq(url: str, namespace: str, n: Names) -> None:
+async def _taskiq(url: str, namespace: str, n: Names, scripting: str) -> None:
     from taskiq import ScheduledTask, TaskiqResult
     from taskiq.message import BrokerMessage
 
@@ -193,7 +200,10 @@ async def _taskiq(url: str, namespace: str, n: Names) -> None:
     )
 
     broker = SimpleBrokerTaskiqBroker(
-        url, namespace=namespace, queue=n.main, lease_seconds=2.0, heartbeat_interval=0.5
+        runner=AsyncRedisRunner(url, namespace=namespace, scripting=scripting),
+        queue=n.main,
+        lease_seconds=2.0,
+        heartbeat_interval=0.5,
     )
     results: SimpleBrokerResultBackend[Any] = SimpleBrokerResultBackend(runner=broker.runner)
     broker.with_result_backend(results)

@@ -283,18 +283,28 @@ class Analysis:
 
 
 def _binding_problems(analysis: Analysis) -> list[str]:
-    """K_* names are bound once, at the top, to KEYS[n]; the wake prefix to ARGV[1]."""
-    top = analysis.scopes[-1]
+    """K_* names are bound only to KEYS[n], the wake prefix only to ARGV[1].
+
+    The prelude binds them in ``bind()`` (called with the script's own KEYS
+    and ARGV, or a function's ``keys`` and ``args``), or at the top.
+    """
+    allowed = {analysis.scopes[-1].name, "bind"}
     problems = [
         f"{scope.name}: {name} bound to {' '.join(value)}"
         for scope in analysis.scopes
         for name, values in scope.bindings.items()
         for value in values
-        if name.startswith("K_") and (scope is not top or value[:2] != ["KEYS", "["])
+        if name.startswith("K_") and (scope.name not in allowed or value[:2] != ["KEYS", "["])
     ]
-    wake = top.bindings.get("WAKE_PREFIX", [])
-    if wake != [["ARGV", "[", "1", "]"]]:
-        problems.append(f"WAKE_PREFIX is bound to {wake}")
+    wake = [
+        value
+        for scope in analysis.scopes
+        for value in scope.bindings.get("WAKE_PREFIX", [])
+        if scope.name in allowed
+    ]
+    strays = [s.name for s in analysis.scopes if "WAKE_PREFIX" in s.bindings]
+    if wake != [["ARGV", "[", "1", "]"]] or any(name not in allowed for name in strays):
+        problems.append(f"WAKE_PREFIX is bound to {wake} in {strays}")
     return problems
 
 

@@ -320,12 +320,14 @@ def broker_cli(
     )
 
 
-def write_project(directory: Path, target: str, namespace: str) -> Path:
+def write_project(
+    directory: Path, target: str, namespace: str, *, scripting: str = "functions"
+) -> Path:
     """Write a ``.broker.toml`` for the redis backend into ``directory``; return it."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ".broker.toml").write_text(
         f'version = 1\nbackend = "redis"\ntarget = "{target}"\n\n'
-        f'[backend_options]\nnamespace = "{namespace}"\n',
+        f'[backend_options]\nnamespace = "{namespace}"\nscripting = "{scripting}"\n',
         encoding="utf-8",
     )
     return directory

@@ -17,7 +17,7 @@ import pytest
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis import RedisRunner, redis_backend_plugin, scripts
 from simplebroker_redis.core import RedisBrokerCore
 
 from .exercise import exercise
@@ -42,7 +42,7 @@ def readme_acl_rules() -> list[str]:
 #: records that refusal in its ACL LOG, so the test tolerates exactly that.
 MINIMAL_RULES = (
     "on >PASSWORD ~sb:{myapp}:* &sb:{myapp}:* -@all "
-    "+evalsha +script|load +time +type +exists +del +unlink +scan "
+    "+fcall +time +type +exists +del +unlink +scan "
     "+hget +hmget +hgetall +hkeys +hexists +hvals +hset +hdel +hincrby "
     "+zrange +zcard +zscore +zmscore +zlexcount +zadd +zrem "
     "+get +set +getdel +publish +subscribe +unsubscribe +ping +info +memory|usage "
@@ -72,31 +72,43 @@ def _denials(raw: redis.Redis, user: str, allowed: frozenset[str] = frozenset())
     return out
 
 
-@pytest.mark.parametrize("rules", ["readme", "minimal"])
+#: The minimal line for ``scripting = "eval"``: EVALSHA and SCRIPT LOAD instead of FCALL.
+EVAL_RULES = [rule for rule in MINIMAL_RULES if rule != "+fcall"] + ["+evalsha", "+script|load"]
+
+
+@pytest.mark.parametrize("rules", ["readme", "minimal", "eval"])
 def test_least_privilege_acl_user_runs_every_operation_and_nothing_else(
     make_server, tmp_path, rules
 ):
     server = make_server("acl")
     admin = redis.Redis.from_url(server.url, decode_responses=True)
     namespace, password = "myapp", "acl-" + uuid.uuid4().hex
-    user = _acl_user(
-        admin, readme_acl_rules() if rules == "readme" else MINIMAL_RULES, namespace, password
-    )
+    chosen = {"readme": readme_acl_rules(), "minimal": MINIMAL_RULES, "eval": EVAL_RULES}[rules]
+    user = _acl_user(admin, chosen, namespace, password)
+    scripting = "eval" if rules == "eval" else "functions"
+    if scripting == "functions":
+        # As the README says: an administrator loads the library once.
+        assert scripts.main(["load", server.url]) == 0
     url = f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
     # Someone else's namespace on the same server.
     other = RedisBrokerCore(RedisRunner(server.url, namespace="other"), owns_runner=True)
     other.write("jobs", "not yours")
     theirs = snapshot(admin, "other")
 
-    exercise(url, namespace, cleanup=False)
+    exercise(url, namespace, cleanup=False, scripting=scripting)
     project = write_project(
-        tmp_path / "cli", f"redis://{user}@127.0.0.1:{server.port}/0", namespace
+        tmp_path / "cli",
+        f"redis://{user}@127.0.0.1:{server.port}/0",
+        namespace,
+        scripting=scripting,
     )
     env = {"BROKER_BACKEND_PASSWORD": password}
     assert broker_cli(project, "write", "cli", "x", env=env).returncode == 0
     assert broker_cli(project, "read", "cli", env=env).stdout.strip() == "x"
-    assert redis_backend_plugin.cleanup_target(url, backend_options={"namespace": namespace})
-    tolerated = frozenset({"client|setinfo"}) if rules == "minimal" else frozenset()
+    assert redis_backend_plugin.cleanup_target(
+        url, backend_options={"namespace": namespace, "scripting": scripting}
+    )
+    tolerated = frozenset({"client|setinfo"}) if rules != "readme" else frozenset()
     assert _denials(admin, user, tolerated) == [], "the server denied a command the backend sent"
 
     # Nothing outside its namespace.

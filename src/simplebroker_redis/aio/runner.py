@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from ..calls import Call, key_types
+from ..calls import Call
 from ..calls import init as init_call
 from ..runner import RedisRunner, RunnerBase, register_scripts
 from ..scripts import ScriptName
@@ -62,11 +62,8 @@ class AsyncRedisRunner(RunnerBase):
         while True:
             with attempt:
                 return call.parse(await operation(here.client))
-            if attempt.wrong_type is not None:
-                raise attempt.damaged(await self.run(key_types(self.keys)))
-            if attempt.reinitialize:
-                here.initialized = False
-                await self.ensure_initialized()
+            if attempt.remedy is not None:
+                attempt.remedied(await self.run(attempt.remedy))
 
     async def execute(
         self, operation: Callable[[aioredis.Redis], Awaitable[R]], *, idempotent: bool = False

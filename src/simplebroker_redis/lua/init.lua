@@ -14,9 +14,10 @@
 local mode = ARGV[2]
 local kind = redis.call('TYPE', K_META)['ok']
 if kind == 'none' then
-  for _, key in ipairs(MESSAGE_KEYS) do
-    if redis.call('EXISTS', key) == 1 then
-      fail('FOREIGN', 'namespace holds ' .. key .. ' but has no meta record')
+  -- Every fixed key but meta (first) and schedules (last) exists only with meta.
+  for i = 2, FIXED_KEYS - 1 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      fail('FOREIGN', 'namespace holds ' .. KEYS[i] .. ' but has no meta record')
     end
   end
   if mode ~= 'init' then return 'absent' end

@@ -16,8 +16,8 @@ end
 local function check_keys(list)
   for _, key in ipairs(list) do
     local kind = redis.call('TYPE', key)['ok']
-    if kind ~= 'none' and kind ~= KEY_TYPES[key] then
-      fail('WRONGTYPE', key .. ' holds a ' .. kind .. ', expected a ' .. KEY_TYPES[key])
+    if kind ~= 'none' and kind ~= key_type(key) then
+      fail('WRONGTYPE', key .. ' holds a ' .. kind .. ', expected a ' .. key_type(key))
     end
   end
 end
