@@ -39,6 +39,7 @@ from simplebroker_redis.core import RedisBrokerCore
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, DeadLetteredError, is_transient
+from .loops import stop_task
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -98,12 +99,7 @@ class DeadLetterWatch:
     async def close(self) -> None:
         """Stop watching (idempotent)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await stop_task(task)  # a plain cancel() can be lost on Python 3.11
         await self._wakeups.close()
 
     async def check(self) -> None:
