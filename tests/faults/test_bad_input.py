@@ -421,6 +421,7 @@ def _reports_damage(exc: Exception, short: str) -> bool:
 
 
 def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable[[], Any]]:
+    held: list[Any] = []
     return {
         "write": lambda: core.write("q", "c"),
         "claim": lambda: core.claim_one("q"),
@@ -443,6 +444,11 @@ def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable
             core.claim_generator("q", delivery_guarantee="at_least_once"), None
         ),
         "reserve": lambda: leases.release(leases.reserve("q", 1, 30).token),
+        # Two steps: the reservation is one operation, dead-lettering it another.
+        "reserve to dead-letter": lambda: held.append(
+            leases.reserve("q", 1, 30, max_deliveries=1, dead_letter="q.dead")
+        ),
+        "dead-letter": lambda: [leases.release(lease.token) for lease in held],
     }
 
 

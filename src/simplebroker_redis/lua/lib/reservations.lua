@@ -11,9 +11,13 @@
 -- a wrong-typed key) and applied after (writes), so a script that settles
 -- several tokens validates all of them before its first write.
 
--- Keys a reservation change writes; the script checks their types first.
-local RESERVATION_KEYS = {K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
-  K_BODIES, K_DELIVERIES, K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES}
+-- Check the types of the keys a reservation change writes (before its
+-- first write). The list is built per call: module code runs before bind()
+-- names the keys, so a table built at load time would hold nothing.
+local function check_reservation_keys()
+  check_keys({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
+    K_BODIES, K_DELIVERIES, K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
+end
 
 local function token_lo(token) return '[' .. token .. ' ' end
 local function token_hi(token) return '(' .. token .. '!' end
@@ -197,7 +201,7 @@ end
 -- never release a newer reservation of the same message. `undeliver` takes
 -- back the delivery count (the messages never reached a handler). A message
 -- that used up the record's max deliveries goes to its dead-letter queue.
--- The caller checked the types of RESERVATION_KEYS. Returns the number moved.
+-- The caller ran check_reservation_keys(). Returns the number moved.
 local function release_ids(token, record, ids, due, undeliver)
   local queue = record.q
   local max_deliveries = tonumber(record.m or '0') or 0
@@ -273,7 +277,7 @@ local function recover_expired(now, queue, max_tokens, lenient)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
     'BYSCORE', 'LIMIT', 0, max_tokens)
   local released, recovered = 0, 0
-  if #tokens > 0 then check_keys(RESERVATION_KEYS) end
+  if #tokens > 0 then check_reservation_keys() end
   for _, token in ipairs(tokens) do
     local ok, got
     if lenient then
