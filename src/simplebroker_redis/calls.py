@@ -13,6 +13,7 @@ argument list or read a reply of their own. Each script's header
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,35 @@ class ValueWrite:
     key: str
     value: str
     px: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """One entry of the dead-letter journal: a message dead-lettered after max deliveries."""
+
+    entry: str  #: journal entry ID (give it to ``dead_letter_ack``)
+    queue: str  #: the queue it was reserved from
+    dead_letter_queue: str  #: where it went
+    id: int  #: message ID (the same in the dead-letter queue)
+    deliveries: int  #: deliveries it had used up
+    body: str | None  #: its body; None when the message is gone already
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """Entries of the dead-letter journal after a cursor."""
+
+    entries: tuple[DeadLetterEntry, ...]  #: those of the queues asked for
+    cursor: str  #: read on after this entry ID (the last one scanned)
+    more: bool  #: True when more entries may follow the cursor
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterAck:
+    """Outcome of ``dead_letter_ack``."""
+
+    acked: bool  #: this call took the entry out of the journal (report it)
+    stored: bool  #: this call stored the value (no value was there)
 
 
 @dataclass(frozen=True, slots=True)
@@ -585,3 +615,64 @@ def recover(queue: str | None = None, *, max_tokens: int = 256) -> Call[Recovery
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError("max_tokens must be an integer >= 1")
     return Call(_recovery, "recover", (queue or "", max_tokens))
+
+
+# -- dead-letter journal -------------------------------------------------------------
+#: Cursor of the dead-letter journal before its first entry.
+JOURNAL_START = "0-0"
+
+_ENTRY_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+def _entry_id(value: str) -> str:
+    if not isinstance(value, str) or not _ENTRY_ID_RE.fullmatch(value):
+        raise ValueError(f"not a journal entry ID: {value!r}")
+    return value
+
+
+def dead_letters(
+    queues: Iterable[str], *, after: str = JOURNAL_START, limit: int = 256
+) -> Call[DeadLetterPage]:
+    """``dead_letters.lua``: journal entries after ``after`` of messages from ``queues``.
+
+    Scans at most ``limit`` entries; the page's ``cursor`` is where to go on.
+    """
+    names = [validate_queue_name(queue) for queue in queues]
+    if not names:
+        raise ValueError("queues cannot be empty")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+    cursor = _entry_id(after)
+
+    def parse(raw: Any) -> DeadLetterPage:
+        entries = tuple(
+            DeadLetterEntry(
+                entry=str(raw[i]),
+                queue=str(raw[i + 1]),
+                dead_letter_queue=str(raw[i + 2]),
+                id=int(raw[i + 3]),
+                deliveries=int(raw[i + 4]),
+                body=raw[i + 5],
+            )
+            for i in range(2, len(raw), 6)
+        )
+        return DeadLetterPage(entries, str(raw[0]) or cursor, bool(int(raw[1])))
+
+    return Call(parse, "dead_letters", (cursor, limit, *names), idempotent=True)
+
+
+def dead_letter_ack(entry: str, value: ValueWrite | None = None) -> Call[DeadLetterAck]:
+    """``dead_letter_ack.lua``: take ``entry`` out of the journal, storing ``value`` if absent.
+
+    ``acked`` is True for exactly one of any number of calls for one entry.
+    """
+    args: tuple[object, ...] = (_entry_id(entry), "", "")
+    keys: tuple[str, ...] = ()
+    if value is not None:
+        args = (entry, value.value, "" if value.px is None else value.px)
+        keys = (value.key,)
+
+    def parse(raw: Any) -> DeadLetterAck:
+        return DeadLetterAck(acked=bool(int(raw[0])), stored=bool(int(raw[1])))
+
+    return Call(parse, "dead_letter_ack", args, extra_keys=keys)

@@ -10,6 +10,13 @@ claim, move or delete them until the holder settles them:
 - ``renew`` extends the leases of many tokens in one round trip,
 - ``recover`` releases reservations whose lease expired.
 
+A message dead-lettered after ``max_deliveries`` is also recorded in the
+namespace's dead-letter journal (a capped stream): ``dead_letters`` reads
+its entries after a cursor, ``dead_letter_ack`` takes one out (optionally
+storing a value, such as an error result, where none is), and exactly one
+of any number of consumers acknowledging one entry is told it did, so it
+alone reports it.
+
 Every call is one Lua script (one round trip). Each message carries a
 delivery count: how many times it has been reserved. With ``max_deliveries``
 a message whose lease expires (or is released) after its last allowed
@@ -31,6 +38,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from . import calls
 from .calls import (
     Call,
+    DeadLetterAck,
+    DeadLetterEntry,
+    DeadLetterPage,
     Lease,
     LeasedMessage,
     Recovery,
@@ -48,6 +58,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 __all__ = [
+    "DeadLetterAck",
+    "DeadLetterEntry",
+    "DeadLetterPage",
     "Lease",
     "LeaseCalls",
     "LeasedMessage",
@@ -112,6 +125,8 @@ class LeaseCalls:
     release = _bound(calls.release)
     renew = _bound(calls.renew)
     recover = _bound(calls.recover)
+    dead_letters = _bound(calls.dead_letters)
+    dead_letter_ack = _bound(calls.dead_letter_ack)
 
     def deliveries(self, message_id: int) -> Call[int]:
         """Return how many times ``message_id`` has been reserved."""
@@ -148,4 +163,6 @@ class Leases:
     release = _ran(LeaseCalls.release)
     renew = _ran(LeaseCalls.renew)
     recover = _ran(LeaseCalls.recover)
+    dead_letters = _ran(LeaseCalls.dead_letters)
+    dead_letter_ack = _ran(LeaseCalls.dead_letter_ack)
     deliveries = _ran(LeaseCalls.deliveries)

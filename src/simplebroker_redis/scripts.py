@@ -73,6 +73,8 @@ ScriptName = Literal[
     "stats",
     "probe",
     "find",
+    "dead_letters",
+    "dead_letter_ack",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
@@ -177,7 +179,9 @@ def script_body(name: str) -> str:
 
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
-READ_ONLY: Final[frozenset[ScriptName]] = frozenset({"peek", "stats", "probe", "find"})
+READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
+    {"peek", "stats", "probe", "find", "dead_letters"}
+)
 
 
 @dataclass(frozen=True, slots=True)

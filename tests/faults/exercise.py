@@ -19,6 +19,7 @@ from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 
 from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.calls import ValueWrite
 from simplebroker_redis.core import RedisBrokerCore
 
 
@@ -128,8 +129,13 @@ def _reservations(core: RedisBrokerCore, n: Names) -> None:
     leases.ack(lease.token, lease.ids[:1])
     leases.release(lease.token, delay_seconds=0.01)
     time.sleep(0.03)
+    core.write(n.main, "poison")
     lease = leases.reserve(n.main, 5, 30, max_deliveries=1, dead_letter=n.dead)
+    assert lease.messages, "nothing to dead-letter"
     leases.release(lease.token)  # used its one delivery: dead-lettered
+    [entry, *_] = leases.dead_letters([n.main]).entries  # ... and journaled
+    result = ValueWrite(core.runner.keys.result_key(n.task_id), "dead", 60_000)
+    assert leases.dead_letter_ack(entry.entry, result).acked
     core.write(n.main, "rejected")
     lease = leases.reserve(n.main, 5, 30)
     leases.reject(lease.token, None, n.dead)

@@ -449,6 +449,8 @@ def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable
             leases.reserve("q", 1, 30, max_deliveries=1, dead_letter="q.dead")
         ),
         "dead-letter": lambda: [leases.release(lease.token) for lease in held],
+        "journal": lambda: leases.dead_letters(["q"]),
+        "journal ack": lambda: leases.dead_letter_ack("1-0"),
     }
 
 
