@@ -24,7 +24,7 @@ from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
-from .deadletters import DeadLetter, report_dead_letter
+from .deadletters import DeadLetterEntry, report_dead_letter
 from .errors import ConfigurationError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
@@ -293,10 +293,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             attach(runtime)
         return runtime
 
-    async def _dead_lettered(self, dead: DeadLetter) -> None:
-        """Give a dead-lettered task its error result and log it (once per task)."""
+    async def _dead_lettered(self, entry: DeadLetterEntry) -> None:
+        """Give a dead-lettered task its error result and log it (once per dead letter)."""
         await report_dead_letter(
-            dead,
+            entry,
+            runner=self.runner,
             formatter=self.formatter,
             backend=self.result_backend,
             where=self.runner.where,

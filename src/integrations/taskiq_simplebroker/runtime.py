@@ -34,7 +34,7 @@ from typing import Any
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 
 from .commit import Committer, ResultWrite
-from .deadletters import DeadLetter, DeadLetterWatch
+from .deadletters import DeadLetterEntry, DeadLetterWatch
 from .heartbeat import Heartbeat
 from .holdings import Holdings
 
@@ -116,7 +116,7 @@ class Runtime:
         dead_letter_queue: str,
         queue: str,
         max_deliveries: int | None,
-        on_dead_lettered: Callable[[DeadLetter], Awaitable[None]],
+        on_dead_lettered: Callable[[DeadLetterEntry], Awaitable[None]],
     ) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.get_running_loop()
@@ -144,10 +144,9 @@ class Runtime:
             if max_deliveries is None
             else DeadLetterWatch(
                 runner,
-                queue=queue,
-                dead_letter_queue=dead_letter_queue,
-                max_deliveries=max_deliveries,
-                on_dead_lettered=on_dead_lettered,
+                queues=[queue],
+                dead_letter_queues=[dead_letter_queue],
+                report=on_dead_lettered,
             )
         )
         self._started = False
@@ -245,6 +244,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Send pending commits, hand back every still-held message, stop the heartbeat."""
+        held: list[str] = []
         try:
             await self.committer.drain()
             held = self.holdings.tokens()
@@ -254,21 +254,12 @@ class Runtime:
                     await self.leases.release(token)
                 except Exception as exc:  # noqa: BLE001 - the lease expires instead
                     logger.warning("could not hand back reservation %s: %s", token, exc)
-            if held and self.watch is not None:
-                # A task on its last delivery handed back now is dead-lettered:
-                # report it before the watch stops.
-                await self._check_dead_letters(self.watch)
         finally:
             self.heartbeat.stop()
             if self.watch is not None:
-                await self.watch.close()
-
-    @staticmethod
-    async def _check_dead_letters(watch: DeadLetterWatch) -> None:
-        try:
-            await watch.check()
-        except Exception as exc:  # noqa: BLE001 - shutting down: other workers may report it
-            logger.warning("could not check the dead-letter queue: %s", exc)
+                # A task on its last delivery handed back above was
+                # dead-lettered: report it before the watch stops.
+                await self.watch.close(final_check=bool(held))
 
     def _lost(self, tokens: set[str]) -> None:
         # Called from the heartbeat thread.
