@@ -59,6 +59,8 @@ FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("leases", "zset"),
     ("aliases", "hash"),
     ("dead_letters", "stream"),
+    ("schedule_runs", "hash"),
+    ("schedule_claims", "hash"),
     ("schedules", "hash"),
 )
 
@@ -117,6 +119,8 @@ class Keyspace:
     leases: str  #: zset: token -> lease deadline in server microseconds
     aliases: str  #: hash: alias -> canonical queue name
     dead_letters: str  #: stream: messages dead-lettered after max deliveries, until reported
+    schedule_runs: str  #: hash: schedule id -> its last claimed run (Taskiq)
+    schedule_claims: str  #: hash: "<schedule id> <run>" -> claimed, not yet sent (Taskiq)
     schedules: str  #: hash: schedule id -> JSON schedule (Taskiq)
     wake_prefix: str  #: Pub/Sub channel prefix; append a queue name
 

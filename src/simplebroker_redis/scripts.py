@@ -75,6 +75,9 @@ ScriptName = Literal[
     "find",
     "dead_letters",
     "dead_letter_ack",
+    "schedule_claim",
+    "schedule_sent",
+    "schedule_list",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
@@ -180,7 +183,7 @@ def script_body(name: str) -> str:
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
 READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
-    {"peek", "stats", "probe", "find", "dead_letters"}
+    {"peek", "stats", "probe", "find", "dead_letters", "schedule_list"}
 )
 
 

@@ -234,6 +234,8 @@ async def _taskiq(url: str, namespace: str, n: Names, scripting: str) -> None:
             ScheduledTask(task_name="faults:noop", labels={}, args=[], kwargs={}, cron="* * * * *")
         )
         for schedule in await schedules.get_schedules():
+            await schedules.pre_send(schedule)  # claims this run (schedule_claim)
+            await schedules.post_send(schedule)  # confirms it was sent (schedule_sent)
             await schedules.delete_schedule(schedule.schedule_id)
     finally:
         await broker.shutdown()

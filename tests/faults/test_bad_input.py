@@ -33,7 +33,7 @@ from simplebroker.ext import (
     QueueNameError,
 )
 
-from simplebroker_redis import Leases, RedisRunner
+from simplebroker_redis import Leases, RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.namespace import cleanup
@@ -451,6 +451,14 @@ def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable
         "dead-letter": lambda: [leases.release(lease.token) for lease in held],
         "journal": lambda: leases.dead_letters(["q"]),
         "journal ack": lambda: leases.dead_letter_ack("1-0"),
+        "schedule add": lambda: core.runner.execute(
+            lambda client: client.hset(core.runner.keys.schedules, "s", "{}")
+        ),
+        "schedule claim": lambda: core.runner.run(
+            calls.schedule_claim("s", "interval", 1_000_000, 30)
+        ),
+        "schedule list": lambda: core.runner.run(calls.schedule_list()),
+        "schedule sent": lambda: core.runner.run(calls.schedule_sent("s", "1")),
     }
 
 

@@ -61,8 +61,12 @@ broker.with_result_backend(
         serializer=PickleSerializer() if os.environ.get("TQ_RESULTS") == "pickle" else None,
     )
 )
-schedule_source = SimpleBrokerScheduleSource(runner=broker.runner)
+schedule_source = SimpleBrokerScheduleSource(
+    runner=broker.runner, claim_seconds=float(os.environ.get("TQ_CLAIM_SECONDS", "30"))
+)
 scheduler = TaskiqScheduler(broker, sources=[LabelScheduleSource(broker), schedule_source])
+#: Only the namespace's schedules: any number of these schedulers send each run once.
+ha_scheduler = TaskiqScheduler(broker, sources=[schedule_source])
 
 LOG = Path(os.environ.get("TQ_LOG", os.devnull))
 NAME = os.environ.get("TQ_NAME", "worker")
