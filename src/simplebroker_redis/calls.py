@@ -564,6 +564,64 @@ def reserve(
     return Call(parse, "reserve", args)
 
 
+@dataclass(frozen=True, slots=True)
+class MultiLease:
+    """The result of a reservation from several queues: one lease per queue that gave messages."""
+
+    leases: tuple[Lease, ...]  #: in the order of the queues asked for
+    created_ns: int  #: server time of the reservation, integer nanoseconds
+    deadline_ns: int | None  #: lease expiry (server time), None: never expires
+    next_due_seconds: float | None  #: when a delayed message becomes due, if any
+
+    @property
+    def messages(self) -> tuple[LeasedMessage, ...]:
+        """Return every reserved message, queue by queue."""
+        return tuple(message for lease in self.leases for message in lease.messages)
+
+
+def reserve_queues(
+    sources: Sequence[tuple[str, str | None]],
+    limit: int,
+    lease_seconds: float | None,
+    *,
+    max_deliveries: int | None = None,
+) -> Call[MultiLease]:
+    """Reserve up to ``limit`` pending messages of several queues, in strict order.
+
+    ``reserve_queues.lua``: ``sources`` are (queue, dead-letter queue or
+    None) pairs; the first queue's messages come first, then the second's,
+    and so on. Each queue that gives messages gets its own token.
+    """
+    if not sources:
+        raise ValueError("sources cannot be empty")
+    for queue, dead_letter in sources:
+        _check_reservation(queue, limit, "", max_deliveries, dead_letter)
+    if len({queue for queue, _ in sources}) != len(sources):
+        raise ValueError("a queue is listed twice")
+    prefix = new_token()
+    args: list[object] = [prefix, limit, lease_microseconds(lease_seconds), max_deliveries or 0]
+    for queue, dead_letter in sources:
+        args += (queue, dead_letter or "")
+
+    def parse(raw: Any) -> MultiLease:
+        created_ns, deadline_us, due_us = int(raw[0]) * 1000, int(raw[1]), int(raw[2])
+        deadline_ns = None if deadline_us < 0 else deadline_us * 1000
+        due = None if due_us < 0 else due_us / 1_000_000
+        leases, at = [], 3
+        while at < len(raw):
+            token, queue, count = str(raw[at]), str(raw[at + 1]), int(raw[at + 2])
+            at += 3
+            messages = tuple(
+                LeasedMessage(int(raw[i]), raw[i + 1], int(raw[i + 2]))
+                for i in range(at, at + 3 * count, 3)
+            )
+            at += 3 * count
+            leases.append(Lease(token, queue, messages, created_ns, deadline_ns, due))
+        return MultiLease(tuple(leases), created_ns, deadline_ns, due)
+
+    return Call(parse, "reserve_queues", tuple(args))
+
+
 def settle(
     token: str, mode: SettleMode, target: str = "", ids: Iterable[int] | None = None
 ) -> Call[Settlement]:

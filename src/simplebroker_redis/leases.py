@@ -10,6 +10,9 @@ claim, move or delete them until the holder settles them:
 - ``renew`` extends the leases of many tokens in one round trip,
 - ``recover`` releases reservations whose lease expired.
 
+``reserve_queues`` reserves from several queues in one round trip, in strict
+order, with one token per queue that gave messages.
+
 A message dead-lettered after ``max_deliveries`` is also recorded in the
 namespace's dead-letter journal (a capped stream): ``dead_letters`` reads
 its entries after a cursor, ``dead_letter_ack`` takes one out (optionally
@@ -43,6 +46,7 @@ from .calls import (
     DeadLetterPage,
     Lease,
     LeasedMessage,
+    MultiLease,
     Recovery,
     Settlement,
     SettleMode,
@@ -65,6 +69,7 @@ __all__ = [
     "LeaseCalls",
     "LeasedMessage",
     "Leases",
+    "MultiLease",
     "Recovery",
     "SettleMode",
     "Settlement",
@@ -122,6 +127,7 @@ class LeaseCalls:
         return self.bind(calls.settle(token, mode))
 
     reserve = _bound(calls.reserve)
+    reserve_queues = _bound(calls.reserve_queues)
     release = _bound(calls.release)
     renew = _bound(calls.renew)
     recover = _bound(calls.recover)
@@ -157,6 +163,7 @@ class Leases:
         runner.ensure_initialized()
 
     reserve = _ran(LeaseCalls.reserve)
+    reserve_queues = _ran(LeaseCalls.reserve_queues)
     ack = _ran(LeaseCalls.ack)
     reject = _ran(LeaseCalls.reject)
     commit = _ran(LeaseCalls.commit)

@@ -59,6 +59,7 @@ ScriptName = Literal[
     "claim",
     "peek",
     "reserve",
+    "reserve_queues",
     "settle",
     "commit",
     "release",

@@ -190,6 +190,11 @@ async def _asyncio(url: str, namespace: str, n: Names, scripting: str) -> None:
         assert lease.messages
         assert await leases.renew([lease.token]) == set()
         await leases.ack(lease.token)
+        await AsyncMessages(runner).write(n.other, "async, elsewhere")
+        several = await leases.reserve_queues([(n.main, None), (n.other, None)], 10, 30)
+        assert several.messages
+        for each in several.leases:
+            await leases.ack(each.token)
         await leases.recover()
     finally:
         await runner.aclose()

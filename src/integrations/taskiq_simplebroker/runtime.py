@@ -114,7 +114,7 @@ class Runtime:
         heartbeat_interval: float,
         recover_interval: float,
         dead_letter_queue: str,
-        queue: str,
+        sources: Sequence[tuple[str, str]],
         max_deliveries: int | None,
         on_dead_lettered: Callable[[DeadLetterEntry], Awaitable[None]],
     ) -> None:
@@ -144,8 +144,8 @@ class Runtime:
             if max_deliveries is None
             else DeadLetterWatch(
                 runner,
-                queues=[queue],
-                dead_letter_queues=[dead_letter_queue],
+                queues=[queue for queue, _ in sources],
+                dead_letter_queues=[dead for _, dead in sources],
                 report=on_dead_lettered,
             )
         )
@@ -171,8 +171,14 @@ class Runtime:
             return False
 
     # -- acknowledgement --------------------------------------------------------
-    async def ack(self, window: PrefetchWindow, token: str, message_id: int) -> None:
-        """Settle one delivered message, together with its task's stashed results."""
+    async def ack(
+        self, window: PrefetchWindow, token: str, message_id: int, dead_letter_queue: str = ""
+    ) -> None:
+        """Settle one delivered message, together with its task's stashed results.
+
+        A rejected task's message goes to ``dead_letter_queue`` (that of the
+        queue it came from; the runtime's own when empty).
+        """
         task = asyncio.current_task()
         mark = self._marks.pop(task, None) if task is not None else None
         window.settle(message_id)
@@ -180,7 +186,7 @@ class Runtime:
         if mark is None:
             await self.committer.submit((), token, message_id)
         else:
-            target = self.dead_letter_queue if mark.reject else ""
+            target = (dead_letter_queue or self.dead_letter_queue) if mark.reject else ""
             await self.committer.submit(mark.writes, token, message_id, target)
 
     def mark_rejected(self) -> None:
