@@ -135,6 +135,7 @@ def test_queue_options_are_validated(redis_url):
         ({"queues": ["q", "q.p3"]}, "overlap"),
         ({"queues": ["q", "q.dead"]}, "dead-letter queue is also listened on"),
         ({"queues": ["a", "b"], "dead_letter_queue": "b"}, "dead-letter queue is also listened"),
+        ({"queue": "q" * 511, "dead_letter_queue": "d"}, "exceeds 512"),  # q...q.p9 is too long
     ]
     for options, message in bad:
         with pytest.raises(ConfigurationError, match=message):

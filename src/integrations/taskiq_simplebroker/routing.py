@@ -64,7 +64,8 @@ def sources(
 
     Raises:
         ConfigurationError: Two listened queues name one source (``q`` with
-            priorities and ``q.p3``), or a dead-letter queue is a source.
+            priorities and ``q.p3``), a dead-letter queue is a source, or a
+            priority queue's name is too long.
 
     """
     out: list[tuple[str, str]] = []
@@ -72,6 +73,11 @@ def sources(
         dead = dead_letter_queues[queue]
         levels = range(HIGHEST, -1, -1) if priorities else (0,)
         out += [(priority_queue(queue, level), dead) for level in levels]
+    for name, _ in out:
+        try:
+            validate_queue_name(name)
+        except ValueError as exc:  # a queue name near the length limit
+            raise ConfigurationError(f"priority queue {name[:40]}...: {exc}") from exc
     names = [name for name, _ in out]
     if len(set(names)) != len(names):
         raise ConfigurationError(f"listened queues overlap: {', '.join(queues)}")
