@@ -174,7 +174,10 @@ async def report_dead_letter(
             state,
         )
         return
-    stored = ack.stored if value is not None else await _store_after(backend, message, result)
+    if value is not None:
+        outcome = _STORED if ack.stored else _KEPT
+    else:
+        outcome = await _store_after(backend, message, result)
     logger.warning(
         "task %s (%s) went to dead-letter queue %s after %d deliveries without finishing "
         "(queue %s); %s",
@@ -183,7 +186,7 @@ async def report_dead_letter(
         entry.dead_letter_queue,
         entry.deliveries,
         entry.queue,
-        "its result is an error saying so" if stored else "it has a result already, kept",
+        outcome,
     )
 
 
@@ -205,16 +208,20 @@ def _atomic_write(
     return write if isinstance(write, ValueWrite) else None
 
 
+_STORED = "its result is an error saying so"
+_KEPT = "it has a result already, kept"
+
+
 async def _store_after(
     backend: AsyncResultBackend[Any], message: TaskiqMessage, result: TaskiqResult[Any]
-) -> bool:
-    """Store ``result`` with a backend the acknowledgement could not include."""
+) -> str:
+    """Store ``result`` with a backend the acknowledgement could not include; say what happened."""
     if isinstance(backend, DummyResultBackend):
-        return True  # nothing to store; the log line is the report
+        return "there is no result backend to store its error in"
     try:
         if await backend.is_result_ready(message.task_id):
-            return False
+            return _KEPT
         await backend.set_result(message.task_id, result)
     except Exception as exc:  # noqa: BLE001 - reported in the log instead
-        logger.warning("could not store the result of task %s: %s", message.task_id, exc)
-    return True
+        return f"storing its error result failed: {exc}"
+    return _STORED
