@@ -34,6 +34,9 @@ PING_INTERVAL: Final[float] = 30.0
 #: Seconds a new registration waits for the listener's first connection.
 CONNECT_WAIT: Final[float] = 5.0
 
+#: Seconds :meth:`WakeupListener.sync` waits for its PING to be answered.
+SYNC_WAIT: Final[float] = 1.0
+
 #: Longest slice a waiter sleeps before re-checking its stop event.
 STOP_POLL: Final[float] = 0.05
 
@@ -59,6 +62,14 @@ class WakeupListener:
         # subscribed mode (liveness PINGs are answered as pub/sub messages).
         self._control = runner.keys.wake_prefix + "~listener"
         self.reconnects = 0  #: completed reconnects (observability, tests)
+        # Marks that change whenever a channel may have received a wake-up:
+        # the connection's epoch (one per connect and disconnect) and a count
+        # of the messages read per channel. See quiet_mark().
+        self._epoch = 0
+        self._heard: dict[str, int] = {}
+        self._pings = 0  #: PINGs sent on the subscription (each answered in order)
+        self._pongs = 0  #: their answers read
+        self._quiet: dict[tuple[str, int | None], tuple[int, int]] = {}
 
     # -- registration (any thread) --------------------------------------------
     def register(self, channels: Iterable[str], callback: Callback) -> None:
@@ -81,6 +92,53 @@ class WakeupListener:
             # unreachable server only delays this (CONNECT_WAIT at most).
             wanted = set(channels)
             self._confirm.wait_for(lambda: wanted <= self._confirmed, CONNECT_WAIT)
+
+    # -- quiet queues (any thread) ------------------------------------------------
+    def quiet_mark(self, channel: str) -> tuple[int, int] | None:
+        """Return a mark that changes whenever ``channel`` may have had a wake-up.
+
+        None unless the channel is subscribed right now (confirmed by the
+        server on the current connection). Every script that makes messages
+        of a queue pending, delayed or reserved-then-released publishes on
+        its channel, so while the mark is unchanged, a queue found empty is
+        still empty.
+        """
+        with self._lock:
+            if self._pubsub is None or channel not in self._confirmed:
+                return None
+            return (self._epoch, self._heard.get(channel, 0))
+
+    def sync(self, timeout: float = SYNC_WAIT) -> bool:
+        """Return True once every wake-up published before this call has been read.
+
+        One PING on the subscribed connection: the server answers it after
+        delivering every message published before it, in order. False when
+        the subscription is down or the answer takes longer than ``timeout``.
+        """
+        with self._lock:
+            if self._pubsub is None:
+                return False
+            try:
+                self._pubsub.ping()
+            except (redis.RedisError, OSError):
+                self._poke()  # the listener thread reconnects
+                return False
+            self._pings += 1
+            wanted = self._pings
+            return self._confirm.wait_for(lambda: self._pongs >= wanted, timeout)
+
+    def quiet_since(self, channel: str, after: int | None) -> tuple[int, int] | None:
+        """Return the mark taken before a probe found ``channel``'s queue empty, if any."""
+        with self._lock:
+            return self._quiet.get((channel, after))
+
+    def remember(self, channel: str, after: int | None, mark: tuple[int, int] | None) -> None:
+        """Record that a probe begun at ``mark`` found the queue empty (None: forget)."""
+        with self._lock:
+            if mark is None:
+                self._quiet.pop((channel, after), None)
+            else:
+                self._quiet[(channel, after)] = mark
 
     def unregister(self, channel: str, callback: Callback) -> None:
         """Stop delivering ``channel`` to ``callback``; raises if UNSUBSCRIBE fails."""
@@ -117,12 +175,15 @@ class WakeupListener:
         pubsub: Any = client.pubsub()  # type: ignore[no-untyped-call]
         with self._lock:
             self._confirmed.clear()
+            self._epoch += 1
+            self._pings = self._pongs = 0  # a new connection answers its own PINGs
             pubsub.subscribe(self._control, *self._callbacks)
             self._pubsub = pubsub
             self._client = client  # owns the pool; dropping it closes the socket
 
     def _disconnect(self) -> None:
         with self._lock:
+            self._epoch += 1
             pubsub, self._pubsub = self._pubsub, None
             client, self._client = self._client, None
         for resource in (pubsub, client):
@@ -154,6 +215,12 @@ class WakeupListener:
                     self._confirm.notify_all()
                 elif kind == "unsubscribe":
                     self._confirmed.discard(str(message["channel"]))  # type: ignore[index]
+                elif kind == "message":
+                    channel = str(message["channel"])  # type: ignore[index]
+                    self._heard[channel] = self._heard.get(channel, 0) + 1
+                elif kind == "pong":
+                    self._pongs += 1
+                    self._confirm.notify_all()
             if message is None:
                 return
             if kind == "message":
@@ -194,11 +261,17 @@ class WakeupListener:
             elif time.monotonic() - last_io > PING_INTERVAL:
                 with self._lock:
                     self._pubsub.ping()
+                    self._pings += 1
                 last_io = time.monotonic()
 
 
 _LISTENERS: dict[tuple[Any, ...], WakeupListener] = {}
 _LISTENERS_LOCK = threading.Lock()
+
+
+def existing_listener(runner: RedisRunner) -> WakeupListener | None:
+    """Return this process's listener for the runner's namespace, if one exists."""
+    return _LISTENERS.get((os.getpid(), *runner.identity))
 
 
 def listener_for(runner: RedisRunner) -> WakeupListener:

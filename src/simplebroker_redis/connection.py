@@ -108,8 +108,10 @@ class Connections:
 
     def _subscriber_kwargs(self) -> dict[str, Any]:
         # A subscribed connection idles between messages: no read timeout.
+        # RESP2: redis-py reads a RESP3 PONG on a subscribed connection as a
+        # garbled message, and the listeners rely on PING answers.
         kwargs = self.client_kwargs(label="simplebroker-redis-wake")
-        kwargs.update(socket_timeout=None, socket_keepalive=True)
+        kwargs.update(socket_timeout=None, socket_keepalive=True, protocol=2)
         return kwargs
 
     def _pool_kwargs(self) -> dict[str, Any]:

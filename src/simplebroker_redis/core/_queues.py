@@ -20,6 +20,7 @@ from .._sbcompat import (
     validate_body_search_limit,
     validate_timestamp_bound,
 )
+from ..activity import existing_listener
 from ..validation import validate_queue_name
 from ._base import CoreBase
 
@@ -139,7 +140,26 @@ class QueuesMixin(CoreBase):
         """Return whether ``queue`` has pending messages (above a bound)."""
         validate_queue_name(queue)
         after = validate_timestamp_bound("after_timestamp", after_timestamp)
-        return self._run(calls.probe_pending(queue, after))
+        # A queue found empty stays empty until its wake-up channel hears
+        # something (every script that makes a message pending, delayed or
+        # released publishes there). While this process is subscribed to the
+        # channel (a watcher), an idle check is one PING on the subscription,
+        # answered after every wake-up published before it: no script runs.
+        listener = existing_listener(self._runner)
+        channel = self._runner.keys.wake_channel(queue)
+        mark = None if listener is None else listener.quiet_mark(channel)
+        if (
+            mark is not None
+            and listener is not None
+            and listener.quiet_since(channel, after) == mark
+            and listener.sync()
+            and listener.quiet_mark(channel) == mark
+        ):
+            return False
+        pending = self._run(calls.probe_pending(queue, after))
+        if mark is not None and listener is not None:
+            listener.remember(channel, after, None if pending else mark)
+        return pending
 
     def latest_pending_timestamp(self, queue: str) -> int | None:
         """Return the newest pending message ID of ``queue``, or None."""

@@ -16,7 +16,7 @@ if first_in(K_RESERVED, old) then fail('RESERVED', 'queue ' .. old .. ' has rese
 if not has_rows(old) then return {0, 0} end
 
 local renamed = 0
-local pending_moved = false
+local pending_moved = false -- pending or delayed: the new queue's watchers are woken
 for _, key in ipairs({K_PENDING, K_DELAYED, K_CLAIMED}) do
   local members = redis.call('ZRANGE', key, qlo(old), qhi(old), 'BYLEX')
   if #members > 0 then
@@ -32,7 +32,7 @@ for _, key in ipairs({K_PENDING, K_DELAYED, K_CLAIMED}) do
     zrem_all(key, members)
     zadd_all(key, moved)
     renamed = renamed + #members
-    if key == K_PENDING then pending_moved = true end
+    if key ~= K_CLAIMED then pending_moved = true end
   end
 end
 redis.call('ZREM', K_QUEUES, old)

@@ -48,8 +48,7 @@ if #picked == 0 then return head end
 
 -- Reads (each also refuses a wrong-typed key), then the keys written unread.
 for _, pick in ipairs(picked) do
-  pick.bodies = bodies_of(pick.members)
-  pick.ids = ids_of(pick.members)
+  pick.ids, pick.bodies = bodies_of(pick.members)
   pick.counts = delivery_counts(pick.ids)
 end
 check_keys({K_RESERVED, K_OWNERS, K_TOKEN_IDS, K_LEASES})
