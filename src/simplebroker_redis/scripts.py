@@ -59,7 +59,6 @@ ScriptName = Literal[
     "claim",
     "peek",
     "reserve",
-    "reserve_queues",
     "settle",
     "commit",
     "release",
@@ -79,6 +78,7 @@ ScriptName = Literal[
     "schedule_claim",
     "schedule_sent",
     "schedule_list",
+    "reserve_queues",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
