@@ -39,6 +39,7 @@ class Entry:
 
     key: str  #: short id (environment, JSON)
     label: str  #: table row
+    results: tuple[bool, ...] = (False, True)  #: the result settings it runs with
 
 
 ENTRIES: tuple[Entry, ...] = (
@@ -46,7 +47,15 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("redis-list", "taskiq-redis ListQueueBroker"),
     Entry("redis-stream", "taskiq-redis RedisStreamBroker"),
     Entry("redis-streams-pkg", "taskiq-redis-streams"),
+    # The cost of priorities and of several queues, next to the plain queue
+    # (results on only: the comparison is between these rows).
+    Entry("simplebroker-nopri", "ours, priorities=False", (True,)),
+    Entry("simplebroker-pri", "ours, priority labels 0-9", (True,)),
+    Entry("simplebroker-3q", "ours, 3 queues, tasks spread", (True,)),
 )
+
+#: Queues the three-queue entry's worker listens on, in order (tasks are kicked round robin).
+THREE_QUEUES: tuple[str, ...] = ("bench.a", "bench.b", "bench")
 
 
 class NotAvailable(Exception):
@@ -60,7 +69,7 @@ async def noop(i: int) -> int:
 
 def availability(entry: str) -> str | None:
     """Return None when ``entry`` can run here, else why not."""
-    if entry == "simplebroker":
+    if entry.startswith("simplebroker"):
         try:
             _simplebroker_classes(importlib.import_module("taskiq_simplebroker"))
         except ImportError as exc:
@@ -113,8 +122,8 @@ def make_broker(entry: str, url: str, key: str, results: bool) -> AsyncBroker:
             broker = broker.with_result_backend(
                 streams.RedisAsyncResultBackend(url, result_ex_time=RESULT_TTL, prefix_str=key)
             )
-    elif entry == "simplebroker":
-        broker = _make_simplebroker(url, key, results)
+    elif entry.startswith("simplebroker"):
+        broker = _make_simplebroker(url, key, results, variant=entry)
     else:
         raise NotAvailable(availability(entry) or f"no broker for entry {entry!r}")
     broker.register_task(noop, task_name=TASK_NAME)
@@ -156,16 +165,46 @@ def _simplebroker_classes(module: Any) -> tuple[type, type | None]:
     return broker_cls, backend_cls
 
 
-def _make_simplebroker(url: str, key: str, results: bool) -> AsyncBroker:
+class _Labeller(TaskiqMiddleware):
+    """Producer side: gives the n-th kicked task a label cycling through ``values``."""
+
+    def __init__(self, name: str, values: tuple[object, ...]) -> None:
+        super().__init__()
+        self.name = name
+        self.values = values
+        self.kicked = 0
+
+    def pre_send(self, message: Any) -> Any:
+        """Label the task about to be kicked."""
+        message.labels[self.name] = self.values[self.kicked % len(self.values)]
+        self.kicked += 1
+        return message
+
+
+def _make_simplebroker(url: str, key: str, results: bool, variant: str) -> AsyncBroker:
     """Build our broker the way docs/taskiq.md recommends.
 
     One namespace per entry; the result backend shares the broker's runner
     (one pool; in a worker the result is written in the acknowledgement's
-    round trip).
+    round trip). ``variant``: ``simplebroker`` (defaults: priorities on,
+    unused), ``-nopri`` (``priorities=False``), ``-pri`` (tasks kicked with
+    priorities 0-9 in turn), ``-3q`` (three queues, tasks kicked to each in
+    turn).
     """
     broker_cls, backend_cls = _simplebroker_classes(importlib.import_module("taskiq_simplebroker"))
+    options: dict[str, Any] = {"queue": "bench"}
+    labeller = None
+    if variant == "simplebroker-nopri":
+        options["priorities"] = False
+    elif variant == "simplebroker-pri":
+        labeller = _Labeller("priority", tuple(range(10)))
+    elif variant == "simplebroker-3q":
+        options = {"queues": list(THREE_QUEUES)}
+        labeller = _Labeller("queue_name", THREE_QUEUES)
     try:
-        broker: Any = broker_cls(url, namespace=key, queue="bench")
+        broker: Any = broker_cls(url, namespace=key, **options)
+        if labeller is not None:
+            broker.add_middlewares(labeller)
         if results:
             if backend_cls is None:
                 raise NotAvailable("taskiq_simplebroker exports no SimpleBrokerResultBackend")

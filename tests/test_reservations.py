@@ -283,6 +283,70 @@ def test_max_deliveries_sends_expired_message_to_dead_letter(runner, broker):
     assert broker.peek_many("tasks.final", 10) == [("m0", mid)]
 
 
+def test_dead_letters_are_journaled_until_acknowledged_once(runner, broker, raw, namespace):
+    leases = Leases(runner)
+    first, second, survivor = _fill(broker, "tasks", 3)
+    other = broker.write("elsewhere", "x")
+    # By recovery (an expired last delivery) and by release, from two queues.
+    lease = leases.reserve("tasks", 1, 0.01, max_deliveries=1, dead_letter="tasks.dead")
+    time.sleep(0.02)
+    assert leases.recover().released == 1
+    lease = leases.reserve("tasks", 2, 30, max_deliveries=2, dead_letter="tasks.dead")
+    leases.release(lease.token)  # one delivery of two: pending again, not journaled
+    lease = leases.reserve("elsewhere", 1, 30, max_deliveries=1, dead_letter="elsewhere.dead")
+    leases.release(lease.token)
+    lease = leases.reserve("tasks", 1, 30, max_deliveries=2, dead_letter="tasks.dead")
+    leases.release(lease.token, undeliver=True)  # handed back unrun: never dead
+    lease = leases.reserve("tasks", 1, 30, max_deliveries=2, dead_letter="tasks.dead")
+    leases.release(lease.token)
+    assert [i for _, i in broker.peek_many("tasks.dead", 10)] == [first, second]
+    assert raw.xlen(f"sb:{{{namespace}}}:dead_letters") == 3
+
+    page = leases.dead_letters(["tasks"], limit=10)
+    assert [(e.queue, e.dead_letter_queue, e.id, e.deliveries, e.body) for e in page.entries] == [
+        ("tasks", "tasks.dead", first, 1, "m0"),
+        ("tasks", "tasks.dead", second, 2, "m1"),
+    ]
+    assert not page.more
+    assert leases.dead_letters(["tasks"], after=page.cursor).entries == ()
+    both = leases.dead_letters(["tasks", "elsewhere"], limit=2)
+    assert [e.id for e in both.entries] == [first, other] and both.more
+    assert [e.id for e in leases.dead_letters(["tasks"], after=both.cursor).entries] == [second]
+
+    # One of any number of acknowledgements takes the entry, and stores the
+    # value only where none is.
+    entry = page.entries[0]
+    result = calls.ValueWrite(runner.keys.result_key("t1"), "dead", 60_000)
+    assert leases.dead_letter_ack(entry.entry, result) == calls.DeadLetterAck(True, True)
+    assert leases.dead_letter_ack(entry.entry, result) == calls.DeadLetterAck(False, False)
+    assert 0 < raw.pttl(runner.keys.result_key("t1")) <= 60_000
+    raw.set(runner.keys.result_key("t2"), "finished")
+    kept = calls.ValueWrite(runner.keys.result_key("t2"), "dead", None)
+    assert leases.dead_letter_ack(page.entries[1].entry, kept) == calls.DeadLetterAck(True, False)
+    assert raw.get(runner.keys.result_key("t2")) == "finished"
+    assert [e.id for e in leases.dead_letters(["tasks", "elsewhere"]).entries] == [other]
+    # A message deleted before its entry was read has no body any more.
+    broker.delete("elsewhere.dead")
+    [gone] = leases.dead_letters(["elsewhere"]).entries
+    assert gone.body is None
+    assert leases.dead_letter_ack(gone.entry).acked
+    assert raw.xlen(f"sb:{{{namespace}}}:dead_letters") == 0
+    assert [i for _, i in broker.peek_many("tasks", 10)] == [survivor]
+
+
+def test_dead_letter_calls_refuse_malformed_arguments(runner):
+    leases = Leases(runner)
+    for bad in ("", "12", "1-x", "(1-0"):
+        with pytest.raises(ValueError):
+            leases.dead_letter_ack(bad)
+        with pytest.raises(ValueError):
+            leases.dead_letters(["q"], after=bad)
+    with pytest.raises(ValueError):
+        leases.dead_letters([])
+    with pytest.raises(ValueError):
+        leases.dead_letters(["q"], limit=0)
+
+
 def test_settle_refuses_an_unknown_mode_before_anything_changes(runner, broker, raw, namespace):
     leases = Leases(runner)
     ids = _fill(broker, "tasks", 2)

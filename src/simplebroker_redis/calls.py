@@ -13,6 +13,7 @@ argument list or read a reply of their own. Each script's header
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,53 @@ class ValueWrite:
     key: str
     value: str
     px: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """One entry of the dead-letter journal: a message dead-lettered after max deliveries."""
+
+    entry: str  #: journal entry ID (give it to ``dead_letter_ack``)
+    queue: str  #: the queue it was reserved from
+    dead_letter_queue: str  #: where it went
+    id: int  #: message ID (the same in the dead-letter queue)
+    deliveries: int  #: deliveries it had used up
+    body: str | None  #: its body; None when the message is gone already
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """Entries of the dead-letter journal after a cursor."""
+
+    entries: tuple[DeadLetterEntry, ...]  #: those of the queues asked for
+    cursor: str  #: read on after this entry ID (the last one scanned)
+    more: bool  #: True when more entries may follow the cursor
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterAck:
+    """Outcome of ``dead_letter_ack``."""
+
+    acked: bool  #: this call took the entry out of the journal (report it)
+    stored: bool  #: this call stored the value (no value was there)
+
+
+@dataclass(frozen=True, slots=True)
+class LostRun:
+    """A claimed schedule run whose claim expired unsent (its scheduler died)."""
+
+    schedule_id: str
+    run: str  #: the run's name (give it to ``schedule_claim(..., "retry", run)``)
+    schedule: str  #: the schedule's JSON when it was claimed
+    claimed_us: int  #: when it was first claimed (server time, microseconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTable:
+    """The stored schedules, and the claimed runs that were lost."""
+
+    schedules: dict[str, str]  #: schedule id -> JSON
+    lost: tuple[LostRun, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +564,64 @@ def reserve(
     return Call(parse, "reserve", args)
 
 
+@dataclass(frozen=True, slots=True)
+class MultiLease:
+    """The result of a reservation from several queues: one lease per queue that gave messages."""
+
+    leases: tuple[Lease, ...]  #: in the order of the queues asked for
+    created_ns: int  #: server time of the reservation, integer nanoseconds
+    deadline_ns: int | None  #: lease expiry (server time), None: never expires
+    next_due_seconds: float | None  #: when a delayed message becomes due, if any
+
+    @property
+    def messages(self) -> tuple[LeasedMessage, ...]:
+        """Return every reserved message, queue by queue."""
+        return tuple(message for lease in self.leases for message in lease.messages)
+
+
+def reserve_queues(
+    sources: Sequence[tuple[str, str | None]],
+    limit: int,
+    lease_seconds: float | None,
+    *,
+    max_deliveries: int | None = None,
+) -> Call[MultiLease]:
+    """Reserve up to ``limit`` pending messages of several queues, in strict order.
+
+    ``reserve_queues.lua``: ``sources`` are (queue, dead-letter queue or
+    None) pairs; the first queue's messages come first, then the second's,
+    and so on. Each queue that gives messages gets its own token.
+    """
+    if not sources:
+        raise ValueError("sources cannot be empty")
+    for queue, dead_letter in sources:
+        _check_reservation(queue, limit, "", max_deliveries, dead_letter)
+    if len({queue for queue, _ in sources}) != len(sources):
+        raise ValueError("a queue is listed twice")
+    prefix = new_token()
+    args: list[object] = [prefix, limit, lease_microseconds(lease_seconds), max_deliveries or 0]
+    for queue, dead_letter in sources:
+        args += (queue, dead_letter or "")
+
+    def parse(raw: Any) -> MultiLease:
+        created_ns, deadline_us, due_us = int(raw[0]) * 1000, int(raw[1]), int(raw[2])
+        deadline_ns = None if deadline_us < 0 else deadline_us * 1000
+        due = None if due_us < 0 else due_us / 1_000_000
+        leases, at = [], 3
+        while at < len(raw):
+            token, queue, count = str(raw[at]), str(raw[at + 1]), int(raw[at + 2])
+            at += 3
+            messages = tuple(
+                LeasedMessage(int(raw[i]), raw[i + 1], int(raw[i + 2]))
+                for i in range(at, at + 3 * count, 3)
+            )
+            at += 3 * count
+            leases.append(Lease(token, queue, messages, created_ns, deadline_ns, due))
+        return MultiLease(tuple(leases), created_ns, deadline_ns, due)
+
+    return Call(parse, "reserve_queues", tuple(args))
+
+
 def settle(
     token: str, mode: SettleMode, target: str = "", ids: Iterable[int] | None = None
 ) -> Call[Settlement]:
@@ -585,3 +691,111 @@ def recover(queue: str | None = None, *, max_tokens: int = 256) -> Call[Recovery
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError("max_tokens must be an integer >= 1")
     return Call(_recovery, "recover", (queue or "", max_tokens))
+
+
+# -- dead-letter journal -------------------------------------------------------------
+#: Cursor of the dead-letter journal before its first entry.
+JOURNAL_START = "0-0"
+
+_ENTRY_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+def _entry_id(value: str) -> str:
+    if not isinstance(value, str) or not _ENTRY_ID_RE.fullmatch(value):
+        raise ValueError(f"not a journal entry ID: {value!r}")
+    return value
+
+
+def dead_letters(
+    queues: Iterable[str], *, after: str = JOURNAL_START, limit: int = 256
+) -> Call[DeadLetterPage]:
+    """``dead_letters.lua``: journal entries after ``after`` of messages from ``queues``.
+
+    Scans at most ``limit`` entries; the page's ``cursor`` is where to go on.
+    """
+    names = [validate_queue_name(queue) for queue in queues]
+    if not names:
+        raise ValueError("queues cannot be empty")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+    cursor = _entry_id(after)
+
+    def parse(raw: Any) -> DeadLetterPage:
+        entries = tuple(
+            DeadLetterEntry(
+                entry=str(raw[i]),
+                queue=str(raw[i + 1]),
+                dead_letter_queue=str(raw[i + 2]),
+                id=int(raw[i + 3]),
+                deliveries=int(raw[i + 4]),
+                body=raw[i + 5],
+            )
+            for i in range(2, len(raw), 6)
+        )
+        return DeadLetterPage(entries, str(raw[0]) or cursor, bool(int(raw[1])))
+
+    return Call(parse, "dead_letters", (cursor, limit, *names), idempotent=True)
+
+
+def dead_letter_ack(entry: str, value: ValueWrite | None = None) -> Call[DeadLetterAck]:
+    """``dead_letter_ack.lua``: take ``entry`` out of the journal, storing ``value`` if absent.
+
+    ``acked`` is True for exactly one of any number of calls for one entry.
+    """
+    args: tuple[object, ...] = (_entry_id(entry), "", "")
+    keys: tuple[str, ...] = ()
+    if value is not None:
+        args = (entry, value.value, "" if value.px is None else value.px)
+        keys = (value.key,)
+
+    def parse(raw: Any) -> DeadLetterAck:
+        return DeadLetterAck(acked=bool(int(raw[0])), stored=bool(int(raw[1])))
+
+    return Call(parse, "dead_letter_ack", args, extra_keys=keys)
+
+
+# -- Taskiq schedules -----------------------------------------------------------------
+ScheduleKind = Literal["time", "cron", "interval", "retry"]
+
+
+def _claimed(raw: Any) -> str | None:
+    return str(raw[0]) if raw else None
+
+
+def schedule_claim(
+    schedule_id: str, kind: ScheduleKind, run: str | int, lease_seconds: float
+) -> Call[str | None]:
+    """``schedule_claim.lua``: claim one due run of a schedule; its name, or None if not ours.
+
+    ``run`` is the minute (since the epoch, UTC) for ``cron``, the interval
+    in microseconds for ``interval``, the lost run's name for ``retry`` and
+    ignored for ``time``.
+    """
+    if kind not in ("time", "cron", "interval", "retry"):
+        raise ValueError(f"unknown schedule kind {kind!r}")
+    lease = lease_microseconds(lease_seconds)
+    if lease <= 0:
+        raise ValueError("lease_seconds must be > 0")
+    text = "" if kind == "time" else str(run)
+    return Call(_claimed, "schedule_claim", (schedule_id, kind, text, lease))
+
+
+def schedule_sent(schedule_id: str, run: str) -> Call[bool]:
+    """``schedule_sent.lua``: confirm a claimed run was sent; False if its claim was gone."""
+    return Call(_bool, "schedule_sent", (schedule_id, run))
+
+
+def _table(raw: Any) -> ScheduleTable:
+    stored, lost = raw
+    return ScheduleTable(
+        schedules={str(stored[i]): str(stored[i + 1]) for i in range(0, len(stored), 2)},
+        lost=tuple(
+            LostRun(str(lost[i]), str(lost[i + 1]), str(lost[i + 2]), int(lost[i + 3]))
+            for i in range(0, len(lost), 4)
+        ),
+    )
+
+
+def schedule_list() -> Call[ScheduleTable]:
+    """``schedule_list.lua``: every stored schedule, and the runs claimed but never sent."""
+    return Call(_table, "schedule_list", (), idempotent=True)

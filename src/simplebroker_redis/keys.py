@@ -42,6 +42,7 @@ MAX_ID: Final[int] = 2**63 - 1
 #: ``KEYS`` (Lua names them ``K_<NAME>``), with their Redis types. ``meta``
 #: comes first; ``schedules`` (Taskiq) last, because it may exist before the
 #: namespace does. Every other key exists only in an initialized namespace.
+#: A new key goes before ``schedules``.
 FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("meta", "hash"),
     ("queues", "zset"),
@@ -57,6 +58,9 @@ FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("token_ids", "zset"),
     ("leases", "zset"),
     ("aliases", "hash"),
+    ("dead_letters", "stream"),
+    ("schedule_runs", "hash"),
+    ("schedule_claims", "hash"),
     ("schedules", "hash"),
 )
 
@@ -114,6 +118,9 @@ class Keyspace:
     token_ids: str  #: zset (lex): "<token> <id>" for every reserved id
     leases: str  #: zset: token -> lease deadline in server microseconds
     aliases: str  #: hash: alias -> canonical queue name
+    dead_letters: str  #: stream: messages dead-lettered after max deliveries, until reported
+    schedule_runs: str  #: hash: schedule id -> its last claimed run (Taskiq)
+    schedule_claims: str  #: hash: "<schedule id> <run>" -> claimed, not yet sent (Taskiq)
     schedules: str  #: hash: schedule id -> JSON schedule (Taskiq)
     wake_prefix: str  #: Pub/Sub channel prefix; append a queue name
 

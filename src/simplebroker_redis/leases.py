@@ -10,6 +10,16 @@ claim, move or delete them until the holder settles them:
 - ``renew`` extends the leases of many tokens in one round trip,
 - ``recover`` releases reservations whose lease expired.
 
+``reserve_queues`` reserves from several queues in one round trip, in strict
+order, with one token per queue that gave messages.
+
+A message dead-lettered after ``max_deliveries`` is also recorded in the
+namespace's dead-letter journal (a capped stream): ``dead_letters`` reads
+its entries after a cursor, ``dead_letter_ack`` takes one out (optionally
+storing a value, such as an error result, where none is), and exactly one
+of any number of consumers acknowledging one entry is told it did, so it
+alone reports it.
+
 Every call is one Lua script (one round trip). Each message carries a
 delivery count: how many times it has been reserved. With ``max_deliveries``
 a message whose lease expires (or is released) after its last allowed
@@ -31,8 +41,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from . import calls
 from .calls import (
     Call,
+    DeadLetterAck,
+    DeadLetterEntry,
+    DeadLetterPage,
     Lease,
     LeasedMessage,
+    MultiLease,
     Recovery,
     Settlement,
     SettleMode,
@@ -48,10 +62,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 __all__ = [
+    "DeadLetterAck",
+    "DeadLetterEntry",
+    "DeadLetterPage",
     "Lease",
     "LeaseCalls",
     "LeasedMessage",
     "Leases",
+    "MultiLease",
     "Recovery",
     "SettleMode",
     "Settlement",
@@ -109,9 +127,12 @@ class LeaseCalls:
         return self.bind(calls.settle(token, mode))
 
     reserve = _bound(calls.reserve)
+    reserve_queues = _bound(calls.reserve_queues)
     release = _bound(calls.release)
     renew = _bound(calls.renew)
     recover = _bound(calls.recover)
+    dead_letters = _bound(calls.dead_letters)
+    dead_letter_ack = _bound(calls.dead_letter_ack)
 
     def deliveries(self, message_id: int) -> Call[int]:
         """Return how many times ``message_id`` has been reserved."""
@@ -142,10 +163,13 @@ class Leases:
         runner.ensure_initialized()
 
     reserve = _ran(LeaseCalls.reserve)
+    reserve_queues = _ran(LeaseCalls.reserve_queues)
     ack = _ran(LeaseCalls.ack)
     reject = _ran(LeaseCalls.reject)
     commit = _ran(LeaseCalls.commit)
     release = _ran(LeaseCalls.release)
     renew = _ran(LeaseCalls.renew)
     recover = _ran(LeaseCalls.recover)
+    dead_letters = _ran(LeaseCalls.dead_letters)
+    dead_letter_ack = _ran(LeaseCalls.dead_letter_ack)
     deliveries = _ran(LeaseCalls.deliveries)

@@ -73,6 +73,12 @@ ScriptName = Literal[
     "stats",
     "probe",
     "find",
+    "dead_letters",
+    "dead_letter_ack",
+    "schedule_claim",
+    "schedule_sent",
+    "schedule_list",
+    "reserve_queues",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
@@ -177,7 +183,9 @@ def script_body(name: str) -> str:
 
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
-READ_ONLY: Final[frozenset[ScriptName]] = frozenset({"peek", "stats", "probe", "find"})
+READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
+    {"peek", "stats", "probe", "find", "dead_letters", "schedule_list"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 
 from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.calls import ValueWrite
 from simplebroker_redis.core import RedisBrokerCore
 
 
@@ -128,8 +129,13 @@ def _reservations(core: RedisBrokerCore, n: Names) -> None:
     leases.ack(lease.token, lease.ids[:1])
     leases.release(lease.token, delay_seconds=0.01)
     time.sleep(0.03)
+    core.write(n.main, "poison")
     lease = leases.reserve(n.main, 5, 30, max_deliveries=1, dead_letter=n.dead)
+    assert lease.messages, "nothing to dead-letter"
     leases.release(lease.token)  # used its one delivery: dead-lettered
+    [entry, *_] = leases.dead_letters([n.main]).entries  # ... and journaled
+    result = ValueWrite(core.runner.keys.result_key(n.task_id), "dead", 60_000)
+    assert leases.dead_letter_ack(entry.entry, result).acked
     core.write(n.main, "rejected")
     lease = leases.reserve(n.main, 5, 30)
     leases.reject(lease.token, None, n.dead)
@@ -184,6 +190,11 @@ async def _asyncio(url: str, namespace: str, n: Names, scripting: str) -> None:
         assert lease.messages
         assert await leases.renew([lease.token]) == set()
         await leases.ack(lease.token)
+        await AsyncMessages(runner).write(n.other, "async, elsewhere")
+        several = await leases.reserve_queues([(n.main, None), (n.other, None)], 10, 30)
+        assert several.messages
+        for each in several.leases:
+            await leases.ack(each.token)
         await leases.recover()
     finally:
         await runner.aclose()
@@ -228,6 +239,8 @@ async def _taskiq(url: str, namespace: str, n: Names, scripting: str) -> None:
             ScheduledTask(task_name="faults:noop", labels={}, args=[], kwargs={}, cron="* * * * *")
         )
         for schedule in await schedules.get_schedules():
+            await schedules.pre_send(schedule)  # claims this run (schedule_claim)
+            await schedules.post_send(schedule)  # confirms it was sent (schedule_sent)
             await schedules.delete_schedule(schedule.schedule_id)
     finally:
         await broker.shutdown()

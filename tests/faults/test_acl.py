@@ -44,7 +44,7 @@ MINIMAL_RULES = (
     "on >PASSWORD ~sb:{myapp}:* &sb:{myapp}:* -@all "
     "+fcall +time +type +exists +del +unlink +scan "
     "+hget +hmget +hgetall +hkeys +hexists +hvals +hset +hdel +hincrby "
-    "+zrange +zcard +zscore +zmscore +zlexcount +zadd +zrem "
+    "+zrange +zcard +zscore +zmscore +zlexcount +zadd +zrem +xadd +xrange +xdel "
     "+get +set +getdel +publish +subscribe +unsubscribe +ping +info +memory|usage "
     "+client|setname"
 ).split()

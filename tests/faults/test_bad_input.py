@@ -33,7 +33,7 @@ from simplebroker.ext import (
     QueueNameError,
 )
 
-from simplebroker_redis import Leases, RedisRunner
+from simplebroker_redis import Leases, RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.namespace import cleanup
@@ -421,6 +421,7 @@ def _reports_damage(exc: Exception, short: str) -> bool:
 
 
 def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable[[], Any]]:
+    held: list[Any] = []
     return {
         "write": lambda: core.write("q", "c"),
         "claim": lambda: core.claim_one("q"),
@@ -443,12 +444,30 @@ def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable
             core.claim_generator("q", delivery_guarantee="at_least_once"), None
         ),
         "reserve": lambda: leases.release(leases.reserve("q", 1, 30).token),
+        # Two steps: the reservation is one operation, dead-lettering it another.
+        "reserve to dead-letter": lambda: held.append(
+            leases.reserve("q", 1, 30, max_deliveries=1, dead_letter="q.dead")
+        ),
+        "dead-letter": lambda: [leases.release(lease.token) for lease in held],
+        "journal": lambda: leases.dead_letters(["q"]),
+        "journal ack": lambda: leases.dead_letter_ack("1-0"),
+        "schedule add": lambda: core.runner.execute(
+            lambda client: client.hset(core.runner.keys.schedules, "s", "{}")
+        ),
+        "schedule claim": lambda: core.runner.run(
+            calls.schedule_claim("s", "interval", 1_000_000, 30)
+        ),
+        "schedule list": lambda: core.runner.run(calls.schedule_list()),
+        "schedule sent": lambda: core.runner.run(calls.schedule_sent("s", "1")),
     }
 
 
 @pytest.mark.parametrize(
     "short", [key.rsplit(":", 1)[1] for key in Keyspace.for_namespace("x").fixed_keys]
 )
+# The generator's hand-back meets the damage too, and SimpleBroker warns
+# that the batch returns after stale_batch_seconds: expected here.
+@pytest.mark.filterwarnings("ignore:releasing the uncommitted at_least_once batch failed")
 def test_wrong_typed_key_is_a_clear_error_and_changes_nothing(redis_url, raw, short):
     namespace, bystander = (f"wt-{uuid.uuid4().hex[:10]}" for _ in range(2))
     cores = [

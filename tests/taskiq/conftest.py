@@ -37,8 +37,14 @@ def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
     """Start ``taskiq worker workerapp:broker`` processes; all are killed afterwards."""
     started: list[Worker] = []
 
-    def start(*extra: str, env: dict[str, str] | None = None, command: str = "worker") -> Worker:
-        target = "workerapp:broker" if command == "worker" else "workerapp:scheduler"
+    def start(
+        *extra: str,
+        env: dict[str, str] | None = None,
+        command: str = "worker",
+        target: str | None = None,
+    ) -> Worker:
+        if target is None:
+            target = "workerapp:broker" if command == "worker" else "workerapp:scheduler"
         args = [command, target, *extra]
         if command == "worker" and "--workers" not in extra:
             args += ["--workers", "1"]

@@ -139,6 +139,75 @@ async def test_connection_options_reach_the_server(redis_url, namespace, raw):
         await broker.shutdown()
 
 
+#: One value per option of URL_OPTIONS that a plain redis:// target takes,
+#: and the value redis-py holds after parsing it from the URL.
+PLAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "socket_timeout": (7.5, 7.5),
+    "socket_connect_timeout": (3, 3.0),
+    "socket_keepalive": (True, True),
+    "health_check_interval": (15, 15),
+    "client_name": ("billing-worker", "billing-worker"),
+}
+
+#: ... and the TLS options, for a rediss:// target.
+TLS_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "ssl_certfile": ("/etc/tls/client.crt", "/etc/tls/client.crt"),
+    "ssl_keyfile": ("/etc/tls/client.key", "/etc/tls/client.key"),
+    "ssl_ca_certs": ("/etc/tls/ca.pem", "/etc/tls/ca.pem"),
+    "ssl_ca_path": ("/etc/tls/cas", "/etc/tls/cas"),
+    "ssl_cert_reqs": ("none", "none"),
+    "ssl_check_hostname": (False, False),
+}
+
+
+def _pool_options(runner: Any) -> list[dict[str, Any]]:
+    """The redis-py connection options of every client kind the runner makes."""
+    connections = runner.connections
+    clients = [
+        connections.async_client(),  # the event loop's command pool
+        connections.async_subscriber(),  # wake-ups (listener, dead-letter watch)
+        connections.client(),  # the heartbeat thread's pool (runner.sync)
+        runner.sync.connections.client(),
+    ]
+    return [client.connection_pool.connection_kwargs for client in clients]
+
+
+def test_connection_kwargs_travel_in_the_url_to_every_connection():
+    assert set(PLAIN_OPTIONS) | set(TLS_OPTIONS) == taskiq_simplebroker.connection.URL_OPTIONS
+    for scheme, options in (("redis", PLAIN_OPTIONS), ("rediss", TLS_OPTIONS)):
+        given = {name: value for name, (value, _) in options.items()}
+        for cls in CLASSES:
+            made = cls(f"{scheme}://127.0.0.1:7005/2", **given)
+            for kwargs in _pool_options(made.runner):
+                for name, (_, parsed) in options.items():
+                    assert kwargs[name] == parsed, (cls, name, kwargs[name])
+                assert kwargs["db"] == 2
+
+
+def test_user_and_password_kwargs_are_encoded_and_never_shown():
+    password = "p@ss:w/rd?#%"
+    broker = SimpleBrokerTaskiqBroker(
+        "redis://127.0.0.1:7006/0", username="app user", password=password
+    )
+    for kwargs in _pool_options(broker.runner):
+        assert (kwargs["username"], kwargs["password"]) == ("app user", password)
+    for shown in (repr(broker), broker.runner.where, repr(broker.runner)):
+        assert password not in shown and "p%40ss" not in shown
+    refused: list[tuple[str, dict[str, Any], str]] = [
+        ("redis://someone@127.0.0.1:7006/0", {"password": "x"}, "names a user or password"),
+        ("redis://127.0.0.1:7006/0", {"db": 3}, "database number in the URL"),
+        ("redis://127.0.0.1:7006/0", {"decode_responses": False}, "as text"),
+        ("redis://127.0.0.1:7006/0", {"protocol": 3}, "RESP2"),
+        ("redis://127.0.0.1:7006/0", {"ssl_context": object()}, "unknown connection option"),
+    ]
+    for url, options, message in refused:
+        with pytest.raises(ConfigurationError, match=message):
+            SimpleBrokerTaskiqBroker(url, **options)
+    shared = SimpleBrokerTaskiqBroker("redis://127.0.0.1:7006/0")
+    with pytest.raises(ConfigurationError, match="where the runner is made"):
+        SimpleBrokerResultBackend(runner=shared.runner, socket_timeout=3)
+
+
 async def test_a_worker_uses_the_project_config_and_its_password(tmp_path):
     password = "pw-" + uuid.uuid4().hex
     server = DevServer(data_dir=str(tmp_path / "server"), extra_args=["--requirepass", password])

@@ -11,7 +11,7 @@ import pytest
 import redis
 from tqhelpers import events, eventually, kiq
 
-from simplebroker_redis import RedisRunner
+from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port
@@ -118,6 +118,45 @@ async def test_poison_and_rejected_tasks_go_to_the_dead_letter_queue(
     # The worker still serves ordinary tasks.
     added = await kiq(client, "add", 20, 22)
     assert (await added.wait_result(check_interval=0.02, timeout=10)).return_value == 42
+
+
+async def test_a_dead_letter_made_while_no_worker_runs_is_reported_once_at_start(
+    start_worker, client, task_log, redis_url, namespace, raw
+):
+    env = {**FAST, "TQ_MAX_DELIVERIES": "1"}
+    victim = start_worker(env={**env, "TQ_NAME": "victim"})
+    task = await kiq(client, "record", "doomed", 60.0)
+    await eventually(lambda: events(task_log, "start"), timeout=30, interval=0.02)
+    victim.kill()  # no worker runs from here on
+    # Its lease expires; any recovery (here: ours) dead-letters the task.
+    leases = Leases(RedisRunner(redis_url, namespace=namespace))
+    await eventually(lambda: leases.recover().released, timeout=10, interval=0.1)
+    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
+    [(body, _)] = core.peek_many("taskiq.dead", 10)
+    assert task.task_id in body
+    assert not await client.result_backend.is_result_ready(task.task_id)
+
+    workers = [start_worker(env={**env, "TQ_NAME": name}) for name in ("a", "b")]
+    result = await task.wait_result(check_interval=0.05, timeout=30)
+    assert result.is_err and isinstance(result.error, DeadLetteredError)
+    assert "after 1 deliveries" in str(result.error)
+
+    def reports() -> list[str]:
+        return [
+            line
+            for worker in workers
+            for line in worker.output().splitlines()
+            if task.task_id in line and "dead-letter queue taskiq.dead" in line
+        ]
+
+    # Exactly one of the two workers logs it: whoever took the journal entry.
+    [line] = await eventually(reports, timeout=10)
+    assert "WARNING" in line
+    await eventually(
+        lambda: all("listening on" in worker.output() for worker in workers), timeout=30
+    )
+    assert raw.xlen(f"sb:{{{namespace}}}:dead_letters") == 0
+    assert len(reports()) == 1
 
 
 async def test_a_worker_started_before_its_server_waits_for_it(

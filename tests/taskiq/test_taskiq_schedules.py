@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from simplebroker.ext import BrokerError
-from taskiq.exceptions import TaskiqError
+from taskiq.exceptions import ScheduledTaskCancelledError, TaskiqError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 from tqhelpers import events, eventually
 
-from taskiq_simplebroker import ScheduleError, SimpleBrokerScheduleSource
+from simplebroker_redis import RedisRunner
+from simplebroker_redis.core import RedisBrokerCore
+from taskiq_simplebroker import (
+    ConfigurationError,
+    ScheduleError,
+    SimpleBrokerScheduleSource,
+    decode_body,
+)
 from taskiq_simplebroker.schedule_source import check_cron
 
 
@@ -21,6 +29,27 @@ async def source(redis_url, namespace):
     schedules = SimpleBrokerScheduleSource(redis_url, namespace=namespace)
     yield schedules
     await schedules.shutdown()
+
+
+@pytest.fixture
+async def schedulers(redis_url, namespace):
+    """Three sources, as three ``taskiq scheduler`` processes would hold them."""
+    made = [
+        SimpleBrokerScheduleSource(redis_url, namespace=namespace, claim_seconds=0.5)
+        for _ in range(3)
+    ]
+    yield made
+    for made_source in made:
+        await made_source.shutdown()
+
+
+async def claims(source: SimpleBrokerScheduleSource, task: ScheduledTask) -> bool:
+    """Ask ``source`` before a send, as Taskiq's scheduler does; True: send it."""
+    try:
+        await source.pre_send(task)
+    except ScheduledTaskCancelledError:
+        return False
+    return True
 
 
 def scheduled(key: str, **when) -> ScheduledTask:
@@ -40,9 +69,10 @@ async def test_schedules_round_trip_in_the_namespace(source, namespace, raw):
     assert {s.schedule_id: s for s in stored} == {s.schedule_id: s for s in items}
     assert raw.hlen(f"sb:{{{namespace}}}:schedules") == 3
 
-    await source.post_send(items[0])  # cron and interval schedules stay
-    await source.post_send(items[2])
-    await source.post_send(items[1])  # a fixed time fires once
+    for item in items:  # what taskiq scheduler does around each send
+        await source.pre_send(item)
+        await source.post_send(item)
+    # Cron and interval schedules stay; the claim of a fixed time removed it.
     assert {s.args[0] for s in await source.get_schedules()} == {"cron", "interval"}
     await source.delete_schedule(items[0].schedule_id)
     await source.delete_schedule("unknown")
@@ -112,3 +142,138 @@ async def test_taskiq_scheduler_fires_cron_time_and_interval(
         assert minutes and len(minutes) == len(set(minutes)), (cron, minutes)
     remaining = {s.args[0] for s in await source.get_schedules()}
     assert remaining == {"interval", "cron"}, "the fixed-time schedule was not removed"
+
+
+async def test_each_due_run_is_claimed_by_one_scheduler(schedulers):
+    cron = scheduled("cron", cron="* * * * *")
+    every = scheduled("interval", interval=1)
+    once = scheduled("time", time=datetime.now(UTC))
+    for task in (cron, every, once):
+        await schedulers[0].add_schedule(task)
+        won = [await claims(source, task) for source in schedulers]
+        assert won == [True, False, False], task.args
+        await schedulers[0].post_send(task)
+        assert not await claims(schedulers[1], task), "a confirmed run was claimed again"
+    # The one-off is gone with its claim; the next interval is claimable
+    # once the interval (less half a second of slack) has passed.
+    assert {s.args[0] for s in await schedulers[2].get_schedules()} == {"cron", "interval"}
+    await eventually(lambda: claims(schedulers[2], every), timeout=3)
+    assert not await claims(schedulers[0], every)
+
+
+async def test_a_run_claimed_by_a_scheduler_that_died_is_sent_by_another(
+    schedulers, raw, namespace
+):
+    dead, first, second = schedulers
+    once = scheduled("once", time=datetime.now(UTC))
+    cron = scheduled("cron", cron="* * * * *")
+    for task in (once, cron):
+        await first.add_schedule(task)
+        assert await claims(dead, task)  # ... and it dies before sending
+    assert [s.args[0] for s in await first.get_schedules()] == ["cron"]  # claims not expired
+    assert not await claims(first, cron), "the dead scheduler's minute was claimed again"
+
+    def lost(listed: list[ScheduledTask]) -> dict[str, ScheduledTask]:
+        return {s.args[0]: s for s in listed if s.schedule_id != cron.schedule_id}
+
+    retries = await eventually(lambda: _lost(first, lost), timeout=5)
+    assert set(retries) == {"once", "cron"}
+    assert retries["once"].schedule_id == f"{once.schedule_id}@once"
+    assert all(r.time <= datetime.now(UTC) and r.cron is None for r in retries.values())
+    await second.get_schedules()  # both see the lost runs; one sends each
+    for retry in retries.values():
+        assert await claims(first, retry)
+        assert not await claims(second, retry)
+        await first.post_send(retry)
+    assert [s.args[0] for s in await second.get_schedules()] == ["cron"]
+    assert raw.hlen(f"sb:{{{namespace}}}:schedule_claims") == 0
+
+
+async def _lost(source, pick):
+    return pick(await source.get_schedules())
+
+
+async def test_deleted_schedules_and_mixed_kinds(source):
+    gone = scheduled("gone", interval=5)
+    await source.add_schedule(gone)
+    await source.delete_schedule(gone.schedule_id)
+    assert not await claims(source, gone), "a deleted schedule's run was claimed"
+    with pytest.raises(ScheduleError, match="one of cron, interval and time"):
+        await source.add_schedule(scheduled("both", cron="* * * * *", interval=5))
+    with pytest.raises(ConfigurationError):
+        SimpleBrokerScheduleSource(runner=source.runner, claim_seconds=0)
+
+
+def sent(redis_url: str, namespace: str) -> list[tuple[str, float, str]]:
+    """Return (key, time, schedule_id label) of every task the schedulers sent, in order."""
+    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
+    try:
+        rows = core.peek_many("taskiq", 10_000)
+    finally:
+        core.runner.shutdown()
+    out = []
+    for body, message_id in rows:
+        message = json.loads(decode_body(body))
+        out.append((message["args"][0], message_id / 1e9, message["labels"]["schedule_id"]))
+    return out
+
+
+async def test_three_schedulers_send_each_run_once_and_survive_a_kill(
+    start_worker, schedulers, redis_url, namespace
+):
+    source = schedulers[0]  # claim_seconds=0.5, as the scheduler processes' below
+    lost = scheduled("lost", time=datetime.now(UTC))
+    await source.add_schedule(lost)
+    assert await claims(source, lost)  # a scheduler claimed it, then died unsent
+    await source.add_schedule(scheduled("interval", interval=1))
+    await source.add_schedule(scheduled("cron", cron="* * * * *"))
+    once = scheduled("once", time=datetime.now(UTC) + timedelta(seconds=3))
+    await source.add_schedule(once)
+    procs = [
+        start_worker(
+            "--update-interval",
+            "1",
+            command="scheduler",
+            target="workerapp:ha_scheduler",
+            env={"TQ_CLAIM_SECONDS": "0.5"},
+        )
+        for _ in range(3)
+    ]
+    await eventually(lambda: all("Startup completed" in p.output() for p in procs), timeout=60)
+
+    def interval_sends() -> list[float]:
+        return [at for key, at, _ in sent(redis_url, namespace) if key == "interval"]
+
+    await eventually(lambda: len(interval_sends()) >= 3, timeout=20)
+    procs[0].kill()  # mid-run: the others carry on
+    killed_at = time.time()
+    await eventually(
+        lambda: (
+            len([at for at in interval_sends() if at > killed_at]) >= 4
+            and any(key == "once" for key, _, _ in sent(redis_url, namespace))
+        ),
+        timeout=20,
+    )
+    for proc in procs[1:]:
+        proc.stop()
+
+    runs = sent(redis_url, namespace)
+    counts = Counter(key for key, _, _ in runs)
+    assert counts["once"] == 1 and counts["lost"] == 1, counts
+    [label] = [schedule_id for key, _, schedule_id in runs if key == "lost"]
+    assert label == f"{lost.schedule_id}@once"  # sent as the retry of the lost run
+    # The killed scheduler may have died between claiming a run and
+    # confirming it: that run is sent again under a retry label (at least
+    # once). Sends under the schedule's own ID are the claimed ones.
+    ids = {key: s.schedule_id for s in await source.get_schedules() for key in s.args}
+    assert set(ids) == {"interval", "cron"}  # the one-offs are gone, the others stay
+    minutes = Counter(int(at // 60) for key, at, sid in runs if sid == ids["cron"])
+    assert minutes and set(minutes.values()) == {1}, minutes  # one send per minute
+    times = [at for key, at, sid in runs if sid == ids["interval"]]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # Never two sends of one interval: three schedulers tick at the same
+    # whole seconds, so unclaimed they would send within milliseconds of one
+    # another; claims are 0.5 s apart at least (send times add the write's
+    # latency, hence the margin). And no run missed for long after the kill.
+    assert min(gaps) > 0.25, gaps
+    assert max(gaps) < 3.0, gaps

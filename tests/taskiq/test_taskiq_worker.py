@@ -52,6 +52,9 @@ async def test_forked_workers_share_the_queue(start_worker, client, task_log):
     # Each process runs two at a time and reserves two ahead, so one process
     # cannot take the whole queue before the other one listens.
     worker = start_worker("--workers", "2", "--max-async-tasks", "2", env={"TQ_PREFETCH": "2"})
+    # Both listening first: on a busy machine one process may start seconds
+    # after the other, which would otherwise run the whole queue alone.
+    await eventually(lambda: worker.output().count("listening on") == 2, timeout=60)
     tasks = [await kiq(client, "record", f"k{i}", 0.05) for i in range(24)]
     for task in tasks:
         await task.wait_result(check_interval=0.02, timeout=20)

@@ -46,9 +46,12 @@ if os.environ.get("TQ_ROOT_LOG_LEVEL"):
     # An app that configures logging itself (run with --no-configure-logging).
     logging.basicConfig(level=os.environ["TQ_ROOT_LOG_LEVEL"])
 
+#: TQ_QUEUES="a,b": listen on several queues, in that order (else TQ_QUEUE or "taskiq").
+_QUEUES = [name for name in os.environ.get("TQ_QUEUES", "").split(",") if name]
+
 broker = SimpleBrokerTaskiqBroker(
     namespace=os.environ["TQ_NAMESPACE"],
-    queue=os.environ.get("TQ_QUEUE", "taskiq"),
+    **({"queues": _QUEUES} if _QUEUES else {"queue": os.environ.get("TQ_QUEUE", "taskiq")}),
     prefetch=int(os.environ.get("TQ_PREFETCH", "8")),
     max_deliveries=_optional_int("TQ_MAX_DELIVERIES"),
     **_timing(),
@@ -61,8 +64,12 @@ broker.with_result_backend(
         serializer=PickleSerializer() if os.environ.get("TQ_RESULTS") == "pickle" else None,
     )
 )
-schedule_source = SimpleBrokerScheduleSource(runner=broker.runner)
+schedule_source = SimpleBrokerScheduleSource(
+    runner=broker.runner, claim_seconds=float(os.environ.get("TQ_CLAIM_SECONDS", "30"))
+)
 scheduler = TaskiqScheduler(broker, sources=[LabelScheduleSource(broker), schedule_source])
+#: Only the namespace's schedules: any number of these schedulers send each run once.
+ha_scheduler = TaskiqScheduler(broker, sources=[schedule_source])
 
 LOG = Path(os.environ.get("TQ_LOG", os.devnull))
 NAME = os.environ.get("TQ_NAME", "worker")

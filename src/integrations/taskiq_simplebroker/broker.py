@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
@@ -24,11 +24,12 @@ from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
-from .deadletters import DeadLetter, report_dead_letter
+from .deadletters import DeadLetterEntry, report_dead_letter
 from .errors import ConfigurationError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
+from .routing import DEFAULT_QUEUE, listened_queues, priority_of, priority_queue, sources
 from .runtime import Runtime
 
 logger = logging.getLogger("taskiq_simplebroker")
@@ -47,8 +48,6 @@ __all__ = [
     "resolve_url",
 ]
 
-#: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
-DEFAULT_QUEUE: Final[str] = "taskiq"
 
 #: Most tasks one listener holds at once (reserved and not yet acknowledged).
 DEFAULT_PREFETCH: Final[int] = 20
@@ -105,6 +104,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             to share (with a result backend or schedule source) instead of ``url``.
         queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
             routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
+        queues: Several queues a worker listens on, in strict order (all
+            the first one holds before any of the second's); tasks go to the
+            first unless labelled ``queue_name``. Instead of ``queue``.
+        priorities: Honour ``priority`` labels 0-9 (see :mod:`.routing`):
+            workers also read ``<queue>.p1`` .. ``<queue>.p9``, highest first.
         namespace: SimpleBroker namespace (default: the ``.broker.toml``'s
             when the server comes from there, else the backend's default).
         prefetch: Most tasks a worker reserves ahead of Taskiq (fetched, not
@@ -117,7 +121,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         max_deliveries: Deliveries after which an unfinished task goes to the
             dead-letter queue, with an error result saying so (None:
             redeliver forever).
-        dead_letter_queue: Queue for dead letters (default ``<queue>.dead``).
+        dead_letter_queue: Queue for dead letters (default ``<queue>.dead``
+            for each listened queue; given, it serves them all).
         max_connections: Size of the connection pool (default 50, or the
             ``.broker.toml``'s); ``max_connection_pool_size`` is accepted too.
         allow_eviction: Start even if the server's ``maxmemory-policy`` is
@@ -136,6 +141,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         runner: AsyncRedisRunner | None = None,
         queue: str | None = None,
         queue_name: str | None = None,
+        queues: Sequence[str] | None = None,
+        priorities: bool = True,
         namespace: str | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -158,9 +165,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             pool_size(max_connections, max_connection_pool_size),
             connection_options=connection_kwargs,
         )
-        if queue is not None and queue_name is not None:
-            raise ConfigurationError("pass queue or queue_name, not both")
-        self.queue = validate_queue_name(queue or queue_name or DEFAULT_QUEUE)
+        #: The queues a worker listens on, in order; tasks go to the first.
+        self.queues = listened_queues(queue, queue_name, queues)
+        self.queue = self.queues[0]
+        self.priorities = bool(priorities)
         self.prefetch = _count("prefetch", prefetch)
         self.lease_seconds = _number("lease_seconds", lease_seconds)
         self.heartbeat_interval = _number("heartbeat_interval", heartbeat_interval)
@@ -175,9 +183,13 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.max_deliveries = (
             None if max_deliveries is None else _count("max_deliveries", max_deliveries)
         )
-        self.dead_letter_queue = validate_queue_name(dead_letter_queue or f"{self.queue}.dead")
-        if self.dead_letter_queue == self.queue:
-            raise ConfigurationError("dead_letter_queue must differ from queue")
+        if dead_letter_queue is not None:
+            validate_queue_name(dead_letter_queue)
+        #: Each listened queue's dead-letter queue.
+        self.dead_letter_queues = {q: dead_letter_queue or f"{q}.dead" for q in self.queues}
+        self.dead_letter_queue = self.dead_letter_queues[self.queue]
+        #: (queue, dead-letter queue) a worker reserves from, in order.
+        self.sources = sources(self.queues, self.dead_letter_queues, priorities=self.priorities)
         self.allow_eviction = bool(allow_eviction)
         self._messages = AsyncMessages(self.runner)
         self._runtime: Runtime | None = None
@@ -185,7 +197,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.add_middlewares(_RejectionMarker(self))
 
     def __repr__(self) -> str:
-        return f"SimpleBrokerTaskiqBroker({self.runner.where}, queue={self.queue!r})"
+        listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
+        return f"SimpleBrokerTaskiqBroker({self.runner.where}, {listened})"
 
     async def startup(self) -> None:
         """Run Taskiq's startup hooks, then check the server (see :meth:`check_server`).
@@ -231,11 +244,22 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     async def kick(self, message: BrokerMessage) -> None:
         """Write the task as one SimpleBroker message (one round trip).
 
-        Labels: ``queue_name`` routes the task to another queue; ``delay``
-        (seconds) keeps it invisible to workers until it is due.
+        Labels: ``queue_name`` routes the task to another queue; ``priority``
+        (0-9) to that queue's priority queue; ``delay`` (seconds) keeps it
+        invisible to workers until it is due.
+
+        Raises:
+            ConfigurationError: A ``priority`` label outside 0-9, or a
+                ``delay`` label that is not a number of seconds.
+
         """
         labels = message.labels
         queue = labels.get("queue_name") or self.queue
+        priority = priority_of(labels.get("priority"))
+        if priority:
+            if not self.priorities:
+                raise ConfigurationError("label 'priority': this broker has priorities=False")
+            queue = priority_queue(queue, priority)
         delay = delay_seconds(labels.get("delay"))
         await self._messages.write(queue, encode_body(message.message), delay_seconds=delay)
 
@@ -244,7 +268,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         runtime = self._runtime_here()
         listener = TaskListener(
             runtime,
-            queue=self.queue,
+            sources=self.sources,
+            name=self._description(),
             prefetch=self.prefetch,
             lease_seconds=self.lease_seconds,
             max_deliveries=self.max_deliveries,
@@ -284,7 +309,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             heartbeat_interval=self.heartbeat_interval,
             recover_interval=self.recover_interval,
             dead_letter_queue=self.dead_letter_queue,
-            queue=self.queue,
+            sources=self.sources,
             max_deliveries=self.max_deliveries,
             on_dead_lettered=self._dead_lettered,
         )
@@ -293,10 +318,16 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             attach(runtime)
         return runtime
 
-    async def _dead_lettered(self, dead: DeadLetter) -> None:
-        """Give a dead-lettered task its error result and log it (once per task)."""
+    def _description(self) -> str:
+        """Return what the worker listens on, for its log."""
+        names = ", ".join(self.queues)
+        return f"{names} (priorities 0-9)" if self.priorities else names
+
+    async def _dead_lettered(self, entry: DeadLetterEntry) -> None:
+        """Give a dead-lettered task its error result and log it (once per dead letter)."""
         await report_dead_letter(
-            dead,
+            entry,
+            runner=self.runner,
             formatter=self.formatter,
             backend=self.result_backend,
             where=self.runner.where,

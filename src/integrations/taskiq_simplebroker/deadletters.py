@@ -1,215 +1,227 @@
-"""Notice tasks that were dead-lettered after ``max_deliveries``.
+"""Report tasks that were dead-lettered after ``max_deliveries``.
 
 A task goes to the dead-letter queue without finishing when the lease of
 its last allowed delivery expires (its worker died, or stalled past
 ``lease_seconds``) and a recovery moves it there, or when a worker shuts
-down while running it. The recovery runs on the server (in any process's
-``recover`` or at the start of any reservation) and reports only counts, so
-no worker learns the IDs from it.
+down while running it. That happens on the server, in whichever process
+runs a recovery or a reservation, and the same script records it in the
+namespace's dead-letter journal (see ``docs/architecture.md``).
 
-:class:`DeadLetterWatch` finds them instead: it subscribes to the
-dead-letter queue's wake-up channel (every script that adds a message there
-publishes on it), takes note of the IDs already in the queue, and on every
-wake-up compares the queue with that note. A new message whose delivery
-count reached ``max_deliveries`` is reported to ``on_dead_lettered``. The
-queue is never consumed: it stays the operator's to inspect and requeue.
-
-Each worker process watches, so a task dead-lettered while any worker runs
-is reported by each of them; the receiver of the report (the broker) writes
-the task's error result only if it has none, so one of them logs it. A dead
-letter made while no worker runs is not reported. The exact fix is on the
-backend side: a ``recover``/``release`` reply that lists the dead-lettered
-IDs would feed ``on_dead_lettered`` directly.
+:class:`DeadLetterWatch` reads the journal: at start (so a dead letter made
+while no worker ran is reported by the next worker to start), on every
+wake-up of the dead-letter queues (every script that adds a message there
+publishes one), and once a minute as a safety net. For each entry of the
+queues it listens on, :func:`report_dead_letter` acknowledges the entry and
+stores the task's ``DeadLetteredError`` result (``SET NX``) in one script:
+of all the workers racing for an entry exactly one acknowledges it, and
+that one logs the warning. The dead-letter queue itself is never consumed:
+it stays the operator's to inspect and requeue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Final, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
 
-from taskiq import AsyncResultBackend, TaskiqResult
+from taskiq import AsyncResultBackend, TaskiqMessage, TaskiqResult
 from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.result_backends.dummy import DummyResultBackend
 
 from simplebroker_redis.aio import AsyncActivity, AsyncLeases, AsyncRedisRunner
-from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.calls import JOURNAL_START, DeadLetterEntry, ValueWrite
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, DeadLetteredError, is_transient
+from .loops import stop_task
 
 logger = logging.getLogger("taskiq_simplebroker")
 
-Row = tuple[str, int]
+__all__ = ["DeadLetterEntry", "DeadLetterWatch", "report_dead_letter"]
 
-#: Messages read per peek while comparing the dead-letter queue.
-PAGE: Final[int] = 500
+#: Journal entries read per round trip.
+PAGE: Final[int] = 256
 
+#: Seconds between reads of the journal when no wake-up came (a safety net:
+#: every dead-lettering publishes a wake-up).
+SAFETY_NET: Final[float] = 60.0
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A task message that reached the dead-letter queue after ``max_deliveries``."""
-
-    queue: str  #: the queue the worker listens on
-    dead_letter_queue: str
-    message_id: int
-    body: str  #: the stored message body (see :mod:`.codec`)
-    deliveries: int
+Report = Callable[[DeadLetterEntry], Awaitable[None]]
 
 
 class DeadLetterWatch:
-    """Reports new dead letters of one dead-letter queue to ``on_dead_lettered``."""
+    """Reports the dead-letter journal's entries of ``queues`` to ``report``."""
 
     def __init__(
         self,
         runner: AsyncRedisRunner,
         *,
-        queue: str,
-        dead_letter_queue: str,
-        max_deliveries: int,
-        on_dead_lettered: Callable[[DeadLetter], Awaitable[None]],
+        queues: Sequence[str],
+        dead_letter_queues: Sequence[str],
+        report: Report,
     ) -> None:
-        self._runner = runner
         self._leases = AsyncLeases(runner)
-        self._queue = queue
-        self._dead_letter_queue = dead_letter_queue
-        self._max_deliveries = max_deliveries
-        self._on_dead_lettered = on_dead_lettered
-        self._wakeups = AsyncActivity(runner, [dead_letter_queue])
-        self._known: set[int] | None = None  #: IDs in the queue at the last look
-        self._core: RedisBrokerCore | None = None
+        self._queues = list(dict.fromkeys(queues))
+        self._report = report
+        self._wakeups = AsyncActivity(runner, list(dead_letter_queues))
+        self._cursor = JOURNAL_START  #: every entry up to here was reported
+        self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Subscribe, note what the queue holds now, and watch it from then on."""
+        """Subscribe, then report what the journal holds and watch it from then on."""
         if self._task is not None:
             return
         await self._wakeups.start()  # subscribed first: nothing added after is missed
-        try:
-            self._known = set(await self._read())
-        except Exception as exc:  # noqa: BLE001 - the first wake-up takes the note then
-            logger.debug("reading %s failed: %s", self._dead_letter_queue, exc)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name="taskiq-simplebroker-dead-letters"
         )
 
-    async def close(self) -> None:
-        """Stop watching (idempotent)."""
+    async def close(self, *, final_check: bool = False) -> None:
+        """Stop watching (idempotent); ``final_check`` reports new entries first."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        await self._wakeups.close()
+        await stop_task(task)  # a plain cancel() can be lost on Python 3.11
+        try:
+            if final_check:
+                await self.check()
+        except Exception as exc:  # noqa: BLE001 - shutting down: the next worker reports it
+            logger.warning("could not read the dead-letter journal: %s", exc)
+        finally:
+            await self._wakeups.close()
 
     async def check(self) -> None:
-        """Compare the queue with the last note and report new dead letters."""
-        current = await self._read()
-        known, self._known = self._known, set(current)
-        if known is None:
-            return  # the first complete look is the note
-        for message_id in sorted(set(current) - known):
-            deliveries = await self._leases.deliveries(message_id)
-            if deliveries >= self._max_deliveries:
-                await self._on_dead_lettered(
-                    DeadLetter(
-                        self._queue,
-                        self._dead_letter_queue,
-                        message_id,
-                        current[message_id],
-                        deliveries,
-                    )
-                )
+        """Report every journal entry of this watch's queues after the cursor."""
+        async with self._lock:
+            while True:
+                page = await self._leases.dead_letters(self._queues, after=self._cursor, limit=PAGE)
+                for entry in page.entries:
+                    await self._report(entry)
+                    self._cursor = entry.entry  # reported: never again from here
+                self._cursor = page.cursor
+                if not page.more:
+                    return
 
     async def _run(self) -> None:
+        delay = BACKOFF_MIN
         while True:
-            # A wake-up per addition to the queue (and one after every
-            # reconnect); the hourly look is only a safety net.
-            await self._wakeups.wait(3600.0)
-            delay = BACKOFF_MIN
-            while True:
-                try:
-                    await self.check()
-                    break
-                except Exception as exc:  # noqa: BLE001 - the watch must outlive any failure
-                    if not is_transient(exc):
-                        logger.warning("checking %s failed: %s", self._dead_letter_queue, exc)
+            try:
+                await self.check()
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive any failure
+                if not is_transient(exc):
+                    logger.warning("reading the dead-letter journal failed: %s", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            delay = BACKOFF_MIN
+            await self._wakeups.wait(SAFETY_NET)
 
-    async def _read(self) -> dict[int, str]:
-        """Return ID -> body of every message in the dead-letter queue."""
-        return await asyncio.to_thread(self._read_sync)
 
-    def _read_sync(self) -> dict[int, str]:
-        # SimpleBroker's own peek, on the runner's synchronous twin (its own
-        # pool): a rare read, so a thread hop costs nothing that matters.
-        if self._core is None:
-            self._core = RedisBrokerCore(self._runner.sync)
-        rows = self._core.peek_generator(self._dead_letter_queue, batch_size=PAGE)
-        return {message_id: body for body, message_id in cast("Iterator[Row]", rows)}
+def _task_of(entry: DeadLetterEntry, formatter: TaskiqFormatter) -> TaskiqMessage | None:
+    """Return the task message of a journal entry, or None (logged by the caller)."""
+    if entry.body is None:
+        return None
+    try:
+        return formatter.loads(decode_body(entry.body))
+    except Exception:  # noqa: BLE001 - a foreign or damaged message
+        return None
 
 
 async def report_dead_letter(
-    dead: DeadLetter,
+    entry: DeadLetterEntry,
     *,
+    runner: AsyncRedisRunner,
     formatter: TaskiqFormatter,
     backend: AsyncResultBackend[Any],
     where: str,
     max_deliveries: int | None,
 ) -> None:
-    """Store an error result for a dead-lettered task unless it has one; log it if stored.
+    """Acknowledge one journal entry; if this call did, store the error result and log it.
 
-    Every watching worker calls this for the same task; the result is
-    written only where none exists, so one worker logs the warning. A broker
-    without a result backend cannot store it, and every worker logs.
+    With a :class:`~.result_backend.SimpleBrokerResultBackend` on the same
+    namespace, the acknowledgement and the result (``SET NX``: a task that
+    has a result keeps it) are one script. With another backend the result
+    is stored after the acknowledgement, unless the task has one; a worker
+    dying in between leaves that task without it.
     """
-    try:
-        message = formatter.loads(decode_body(dead.body))
-    except Exception as exc:  # noqa: BLE001 - a foreign or damaged message
+    message = _task_of(entry, formatter)
+    result: TaskiqResult[Any] | None = None
+    value: ValueWrite | None = None
+    if message is not None:
+        error = DeadLetteredError(
+            f"task {message.task_name} ({message.task_id}) went to the dead-letter queue "
+            f"{entry.dead_letter_queue!r} of {where} after {entry.deliveries} deliveries "
+            f"without finishing (max_deliveries={max_deliveries}): the workers running it "
+            f"died or lost their leases. It is message {entry.id} there; `broker move` "
+            "requeues it."
+        )
+        result = TaskiqResult(
+            is_err=True, return_value=None, execution_time=0.0, labels=message.labels, error=error
+        )
+        value = _atomic_write(backend, runner, message.task_id, result)
+    ack = await AsyncLeases(runner).dead_letter_ack(entry.entry, value)
+    if not ack.acked:
+        return  # another worker reported it
+    if message is None or result is None:
+        state = "gone" if entry.body is None else "not a readable task"
         logger.warning(
-            "message %d in %s is not a readable task: %s",
-            dead.message_id,
-            dead.dead_letter_queue,
-            exc,
+            "message %d of queue %s went to dead-letter queue %s after %d deliveries; "
+            "it is %s, so no result was stored",
+            entry.id,
+            entry.queue,
+            entry.dead_letter_queue,
+            entry.deliveries,
+            state,
         )
         return
-    error = DeadLetteredError(
-        f"task {message.task_name} ({message.task_id}) went to the dead-letter queue "
-        f"{dead.dead_letter_queue!r} of {where} after {dead.deliveries} deliveries without "
-        f"finishing (max_deliveries={max_deliveries}): the workers running it died or "
-        f"lost their leases. It is message {dead.message_id} there; `broker move` requeues it."
-    )
-    result: TaskiqResult[Any] = TaskiqResult(
-        is_err=True, return_value=None, execution_time=0.0, labels=message.labels, error=error
-    )
-    if not await _store_once(backend, message.task_id, result):
-        return
+    if value is not None:
+        outcome = _STORED if ack.stored else _KEPT
+    else:
+        outcome = await _store_after(backend, message, result)
     logger.warning(
         "task %s (%s) went to dead-letter queue %s after %d deliveries without finishing "
-        "(queue %s); its result is an error saying so",
+        "(queue %s); %s",
         message.task_name,
         message.task_id,
-        dead.dead_letter_queue,
-        dead.deliveries,
-        dead.queue,
+        entry.dead_letter_queue,
+        entry.deliveries,
+        entry.queue,
+        outcome,
     )
 
 
-async def _store_once(
-    backend: AsyncResultBackend[Any], task_id: str, result: TaskiqResult[Any]
-) -> bool:
-    """Store ``result`` unless the task has one; True when this call stored it."""
+def _atomic_write(
+    backend: AsyncResultBackend[Any],
+    runner: AsyncRedisRunner,
+    task_id: str,
+    result: TaskiqResult[Any],
+) -> ValueWrite | None:
+    """Return the result as a write for the acknowledgement script, if the backend allows."""
+    writer = getattr(backend, "journal_write", None)
+    if not callable(writer):
+        return None
+    try:
+        write = writer(task_id, result, runner)
+    except Exception as exc:  # noqa: BLE001 - stored after the acknowledgement instead
+        logger.debug("cannot serialize the result of task %s: %s", task_id, exc)
+        return None
+    return write if isinstance(write, ValueWrite) else None
+
+
+_STORED = "its result is an error saying so"
+_KEPT = "it has a result already, kept"
+
+
+async def _store_after(
+    backend: AsyncResultBackend[Any], message: TaskiqMessage, result: TaskiqResult[Any]
+) -> str:
+    """Store ``result`` with a backend the acknowledgement could not include; say what happened."""
     if isinstance(backend, DummyResultBackend):
-        return True  # nothing to store: every worker that notices logs it
-    if_absent = getattr(backend, "set_result_if_absent", None)
-    if callable(if_absent):
-        return bool(await if_absent(task_id, result))
-    if await backend.is_result_ready(task_id):
-        return False
-    await backend.set_result(task_id, result)
-    return True
+        return "there is no result backend to store its error in"
+    try:
+        if await backend.is_result_ready(message.task_id):
+            return _KEPT
+        await backend.set_result(message.task_id, result)
+    except Exception as exc:  # noqa: BLE001 - reported in the log instead
+        return f"storing its error result failed: {exc}"
+    return _STORED

@@ -2,9 +2,13 @@
 
 One :class:`TaskListener` serves one ``broker.listen()`` call. When its buffer
 is empty (Taskiq asks for a message only when it has room to run it) it
-reserves up to ``prefetch`` messages in one round trip. Once a reservation
-comes back short (the queue is empty) it sleeps on the queue's Pub/Sub
-wake-up channel (every write, release and recovery publishes there; see
+reserves up to ``prefetch`` messages in one round trip. A listener reads
+one or several *sources* (queues) in strict order: a queue's priority
+queues, highest first, then the queue itself, then the next listened queue
+(see :mod:`.priorities`); several sources are reserved in one round trip
+too (``reserve_queues``, one token per queue that gave messages). Once a
+reservation comes back short (the sources are empty) it sleeps on their
+Pub/Sub wake-up channels (every write, release and recovery publishes there; see
 :class:`simplebroker_redis.aio.AsyncActivity`) until woken, until the next
 delayed message is due, or for at most :data:`IDLE_RECHECK` seconds: there
 is no polling loop.
@@ -30,15 +34,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Final
 
 from taskiq.acks import AckableMessage
 
 from simplebroker_redis.aio import AsyncActivity
-from simplebroker_redis.leases import Lease, LeasedMessage
+from simplebroker_redis.leases import Lease, LeasedMessage, MultiLease
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
@@ -58,6 +62,9 @@ DUE_SLACK: Final[float] = 0.002
 
 Messages = tuple[LeasedMessage, ...]
 
+#: A reserved message: its token, the message, and its dead-letter queue.
+Held = tuple[str, LeasedMessage, str]
+
 
 class TaskListener:
     """Reserves messages of one queue and yields them as ``AckableMessage``."""
@@ -66,22 +73,24 @@ class TaskListener:
         self,
         runtime: Runtime,
         *,
-        queue: str,
+        sources: Sequence[tuple[str, str]],
         prefetch: int,
         lease_seconds: float,
         max_deliveries: int | None,
+        name: str | None = None,
         ready: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self._ready = ready
-        self.queue = queue
+        self.sources = list(sources)  #: (queue, dead-letter queue), in reservation order
+        self.queue = name or ", ".join(queue for queue, _ in self.sources)
         self.lease_seconds = lease_seconds
         self.max_deliveries = max_deliveries
         self.window = PrefetchWindow(prefetch)
-        self._buffer: deque[tuple[str, LeasedMessage]] = deque()
-        self._wakeups = AsyncActivity(runtime.runner, [queue])
+        self._buffer: deque[Held] = deque()
+        self._wakeups = AsyncActivity(runtime.runner, [queue for queue, _ in self.sources])
         self._failing = False
-        self._drained = False  #: the last reservation found the queue empty
+        self._drained = False  #: the last reservation found the sources empty
         self._due_at: float | None = None  #: when the next delayed message is due
 
     async def messages(self) -> AsyncGenerator[AckableMessage, None]:
@@ -105,21 +114,22 @@ class TaskListener:
                 if not buffer:
                     await self._fill()
                     continue
-                token, message = buffer.popleft()
+                held = buffer.popleft()
+                token, message, dead = held
                 if message.id == window.alone:
                     try:
                         await window.wait_until_alone()
                     except BaseException:
-                        buffer.appendleft((token, message))  # handed back on close
+                        buffer.appendleft(held)  # handed back on close
                         raise
                 try:
                     data = decode_body(message.body)
                 except ValueError:
-                    self._dead_letter_damaged(token, message)
+                    self._dead_letter_damaged(token, message, dead)
                     continue
                 # model_construct: both fields are built here, skip validation.
                 yield AckableMessage.model_construct(
-                    data=data, ack=partial(ack, window, token, message.id)
+                    data=data, ack=partial(ack, window, token, message.id, dead)
                 )
         finally:
             await self._close()
@@ -175,39 +185,62 @@ class TaskListener:
             if lease.messages:
                 return
 
-    async def _reserve(self, limit: int) -> Lease:
+    async def _reserve(self, limit: int) -> Lease | MultiLease:
         # Shielded: a cancelled caller waits for the reservation to finish
         # and hands it back, instead of stranding it until its lease expires.
         call = asyncio.ensure_future(self._reserve_batch(limit))
         try:
-            lease, messages, last = await asyncio.shield(call)
+            reserved, held, last = await asyncio.shield(call)
         except asyncio.CancelledError:
             await self._abandon(call)
             raise
-        if messages:
-            self.runtime.holdings.hold(lease.token, len(messages))
-            self.window.take(len(messages))
+        if held:
+            for token, count in Counter(token for token, _, _ in held).items():
+                self.runtime.holdings.hold(token, count)
+            self.window.take(len(held))
             if last is not None:
                 self.window.alone = last.id
-            self._buffer.extend((lease.token, message) for message in messages)
-        return lease
+            self._buffer.extend(held)
+        return reserved
 
-    async def _reserve_batch(self, limit: int) -> tuple[Lease, Messages, LeasedMessage | None]:
+    async def _reserve_batch(
+        self, limit: int
+    ) -> tuple[Lease | MultiLease, list[Held], LeasedMessage | None]:
         """Reserve; keep only a message on its last delivery when there is one."""
-        lease = await self.runtime.leases.reserve(
-            self.queue,
-            limit,
-            self.lease_seconds,
-            max_deliveries=self.max_deliveries,
-            dead_letter=self.runtime.dead_letter_queue if self.max_deliveries else None,
-        )
-        messages = lease.messages
-        last = self._last_delivery(messages)
-        if last is not None and len(messages) > 1:
-            others = [message.id for message in messages if message is not last]
-            await self.runtime.hand_back([(lease.token, others)], undeliver=True)
-            messages = (last,)
-        return lease, messages, last
+        leases = self.runtime.leases
+        if len(self.sources) == 1:
+            [(queue, dead)] = self.sources
+            reserved: Lease | MultiLease = await leases.reserve(
+                queue,
+                limit,
+                self.lease_seconds,
+                max_deliveries=self.max_deliveries,
+                dead_letter=dead if self.max_deliveries else None,
+            )
+            parts: tuple[Lease, ...] = (reserved,) if isinstance(reserved, Lease) else ()
+        else:
+            reserved = await leases.reserve_queues(
+                [(queue, dead if self.max_deliveries else None) for queue, dead in self.sources],
+                limit,
+                self.lease_seconds,
+                max_deliveries=self.max_deliveries,
+            )
+            parts = reserved.leases if isinstance(reserved, MultiLease) else ()
+        dead_of = dict(self.sources)
+        held = [
+            (lease.token, message, dead_of[lease.queue])
+            for lease in parts
+            for message in lease.messages
+        ]
+        last = self._last_delivery(tuple(message for _, message, _ in held))
+        if last is not None and len(held) > 1:
+            others: dict[str, list[int]] = {}
+            for token, message, _ in held:
+                if message is not last:
+                    others.setdefault(token, []).append(message.id)
+            await self.runtime.hand_back(others.items(), undeliver=True)
+            held = [item for item in held if item[1] is last]
+        return reserved, held, last
 
     def _last_delivery(self, messages: Messages) -> LeasedMessage | None:
         """Return a redelivered message on its last allowed delivery, if any.
@@ -224,15 +257,17 @@ class TaskListener:
                 return message
         return None
 
-    async def _abandon(self, call: asyncio.Future[tuple[Lease, Messages, Any]]) -> None:
+    async def _abandon(self, call: asyncio.Future[tuple[Any, list[Held], Any]]) -> None:
         """Finish a reservation whose caller was cancelled, and hand it back."""
         try:
-            lease, messages, _ = await call
+            _, held, _ = await call
         except Exception:  # noqa: BLE001 - nothing was reserved, or it expires
             return
-        if messages:
-            ids = [message.id for message in messages]
-            await self.runtime.hand_back([(lease.token, ids)], undeliver=True)
+        batches: dict[str, list[int]] = {}
+        for token, message, _ in held:
+            batches.setdefault(token, []).append(message.id)
+        if batches:
+            await self.runtime.hand_back(batches.items(), undeliver=True)
 
     async def _sleep(self) -> None:
         """Sleep until a wake-up, the next due time, or IDLE_RECHECK seconds."""
@@ -247,21 +282,21 @@ class TaskListener:
             if await self._wakeups.wait(min(remaining, TICK)):
                 return
 
-    def _dead_letter_damaged(self, token: str, message: LeasedMessage) -> None:
+    def _dead_letter_damaged(self, token: str, message: LeasedMessage, dead: str) -> None:
         logger.error(
             "message %d of queue %s is not a readable task; moved to %s",
             message.id,
             self.queue,
-            self.runtime.dead_letter_queue,
+            dead,
         )
         self.window.settle(message.id)
         self.runtime.holdings.settle(token)
-        self.runtime.committer.submit((), token, message.id, self.runtime.dead_letter_queue)
+        self.runtime.committer.submit((), token, message.id, dead)
 
     async def _close(self) -> None:
         batches: dict[str, list[int]] = {}
         while self._buffer:
-            token, message = self._buffer.popleft()
+            token, message, _ = self._buffer.popleft()
             batches.setdefault(token, []).append(message.id)
             if message.id == self.window.alone:
                 self.window.alone = None

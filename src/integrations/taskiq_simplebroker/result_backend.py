@@ -24,6 +24,7 @@ from taskiq.abc.serializer import TaskiqSerializer
 from taskiq.depends.progress_tracker import TaskProgress
 
 from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.calls import ValueWrite
 
 from .codec import decode_body, encode_body
 from .commit import ResultWrite
@@ -184,6 +185,19 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
             lambda client: client.set(key, value, px=self.expiry_ms, nx=True)
         )
         return bool(stored)
+
+    def journal_write(
+        self, task_id: str, result: TaskiqResult[Any], runner: AsyncRedisRunner
+    ) -> ValueWrite | None:
+        """Return the write of ``result`` for a script run on ``runner``, or None.
+
+        The dead-letter report stores a task's error result in the script
+        that acknowledges the journal entry; that works only when this
+        backend stores results in ``runner``'s namespace on the same server.
+        """
+        if runner.identity != self.runner.identity:
+            return None
+        return ValueWrite(self.runner.keys.result_key(task_id), self._dump(result), self.expiry_ms)
 
     async def is_result_ready(self, task_id: str) -> bool:
         """Return whether a result of ``task_id`` is stored."""

@@ -34,7 +34,7 @@ from typing import Any
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 
 from .commit import Committer, ResultWrite
-from .deadletters import DeadLetter, DeadLetterWatch
+from .deadletters import DeadLetterEntry, DeadLetterWatch
 from .heartbeat import Heartbeat
 from .holdings import Holdings
 
@@ -114,9 +114,9 @@ class Runtime:
         heartbeat_interval: float,
         recover_interval: float,
         dead_letter_queue: str,
-        queue: str,
+        sources: Sequence[tuple[str, str]],
         max_deliveries: int | None,
-        on_dead_lettered: Callable[[DeadLetter], Awaitable[None]],
+        on_dead_lettered: Callable[[DeadLetterEntry], Awaitable[None]],
     ) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.get_running_loop()
@@ -144,10 +144,9 @@ class Runtime:
             if max_deliveries is None
             else DeadLetterWatch(
                 runner,
-                queue=queue,
-                dead_letter_queue=dead_letter_queue,
-                max_deliveries=max_deliveries,
-                on_dead_lettered=on_dead_lettered,
+                queues=[queue for queue, _ in sources],
+                dead_letter_queues=[dead for _, dead in sources],
+                report=on_dead_lettered,
             )
         )
         self._started = False
@@ -172,8 +171,14 @@ class Runtime:
             return False
 
     # -- acknowledgement --------------------------------------------------------
-    async def ack(self, window: PrefetchWindow, token: str, message_id: int) -> None:
-        """Settle one delivered message, together with its task's stashed results."""
+    async def ack(
+        self, window: PrefetchWindow, token: str, message_id: int, dead_letter_queue: str = ""
+    ) -> None:
+        """Settle one delivered message, together with its task's stashed results.
+
+        A rejected task's message goes to ``dead_letter_queue`` (that of the
+        queue it came from; the runtime's own when empty).
+        """
         task = asyncio.current_task()
         mark = self._marks.pop(task, None) if task is not None else None
         window.settle(message_id)
@@ -181,7 +186,7 @@ class Runtime:
         if mark is None:
             await self.committer.submit((), token, message_id)
         else:
-            target = self.dead_letter_queue if mark.reject else ""
+            target = (dead_letter_queue or self.dead_letter_queue) if mark.reject else ""
             await self.committer.submit(mark.writes, token, message_id, target)
 
     def mark_rejected(self) -> None:
@@ -245,6 +250,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Send pending commits, hand back every still-held message, stop the heartbeat."""
+        held: list[str] = []
         try:
             await self.committer.drain()
             held = self.holdings.tokens()
@@ -254,21 +260,12 @@ class Runtime:
                     await self.leases.release(token)
                 except Exception as exc:  # noqa: BLE001 - the lease expires instead
                     logger.warning("could not hand back reservation %s: %s", token, exc)
-            if held and self.watch is not None:
-                # A task on its last delivery handed back now is dead-lettered:
-                # report it before the watch stops.
-                await self._check_dead_letters(self.watch)
         finally:
             self.heartbeat.stop()
             if self.watch is not None:
-                await self.watch.close()
-
-    @staticmethod
-    async def _check_dead_letters(watch: DeadLetterWatch) -> None:
-        try:
-            await watch.check()
-        except Exception as exc:  # noqa: BLE001 - shutting down: other workers may report it
-            logger.warning("could not check the dead-letter queue: %s", exc)
+                # A task on its last delivery handed back above was
+                # dead-lettered: report it before the watch stops.
+                await self.watch.close(final_check=bool(held))
 
     def _lost(self, tokens: set[str]) -> None:
         # Called from the heartbeat thread.

@@ -3,31 +3,52 @@
 Schedules (cron, fixed time, interval) are JSON documents in the namespace's
 ``schedules`` hash, one field per schedule ID, so every scheduler and every
 producer sharing the namespace sees the same set, and SimpleBroker's
-namespace cleanup removes them. A fixed-time schedule is deleted once the
-scheduler sent it. Cron expressions are checked when a schedule is added
-(``taskiq scheduler`` itself silently never fires an impossible one).
+namespace cleanup removes them. Cron expressions are checked when a
+schedule is added (``taskiq scheduler`` itself silently never fires an
+impossible one).
+
+Any number of ``taskiq scheduler`` processes may share the source: each due
+run is sent once. Taskiq's scheduler asks the source before every send
+(``pre_send``) and tells it after (``post_send``). ``pre_send`` claims the
+run in one script (``schedule_claim``): a cron run is its minute, an
+interval run one interval by the server's clock, a fixed-time run the
+schedule itself (the claim removes it). Schedulers that lose the race skip
+the send. The claimed run waits, under a lease of ``claim_seconds``, until
+``post_send`` confirms it; a claim whose lease expired unsent (its
+scheduler died) is listed by ``get_schedules`` as a one-off run due now,
+which the next scheduler to read the source claims again and sends.
+Delivery of runs is therefore at least once: a scheduler killed between
+sending and confirming (a few milliseconds) makes its run go out twice.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from pydantic import ValidationError
 from taskiq import ScheduleSource
 from taskiq.cli.scheduler.run import CronValueError, is_cron_task_now
+from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 
+from simplebroker_redis import calls
 from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.calls import LostRun, ScheduleKind
 
 from .connection import close_runner, make_runner, pool_size
-from .errors import ScheduleError
+from .errors import ConfigurationError, ScheduleError, is_transient
 
 logger = logging.getLogger("taskiq_simplebroker")
 
 #: Connection pool size of a source made from a URL (a scheduler sends little).
 DEFAULT_MAX_CONNECTIONS: Final[int] = 10
+
+#: Seconds a claimed run may stay unsent before another scheduler sends it.
+DEFAULT_CLAIM_SECONDS: Final[float] = 30.0
 
 # Day names only: the cron evaluator of ``taskiq scheduler`` (pycron) has no
 # month names, so a schedule using them would never fire.
@@ -72,8 +93,33 @@ def check_cron(expression: str) -> None:
             raise ScheduleError(f"cron {expression!r}: invalid field {field!r}")
 
 
+def _kinds(schedule: ScheduledTask) -> list[str]:
+    return [
+        name
+        for name, value in (
+            ("cron", schedule.cron),
+            ("interval", schedule.interval),
+            ("time", schedule.time),
+        )
+        if value is not None
+    ]
+
+
+def _interval_us(interval: int | timedelta) -> int:
+    seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+    return round(seconds * 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """A run this scheduler claimed and has not confirmed yet."""
+
+    schedule_id: str
+    run: str
+
+
 class SimpleBrokerScheduleSource(ScheduleSource):
-    """Stores Taskiq schedules in a SimpleBroker namespace.
+    """Stores Taskiq schedules in a SimpleBroker namespace; each due run is sent once.
 
     Args:
         url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``, else the
@@ -81,6 +127,8 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
             to share, typically ``broker.runner``.
         namespace: SimpleBroker namespace of the schedules.
+        claim_seconds: How long a claimed run may stay unsent (its scheduler
+            died) before another scheduler sends it.
         max_connections: Size of the connection pool (when ``url`` is used;
             default 10); ``max_connection_pool_size`` is accepted too.
         connection_kwargs: redis-py connection options (see
@@ -94,10 +142,19 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         *,
         runner: AsyncRedisRunner | None = None,
         namespace: str | None = None,
+        claim_seconds: float = DEFAULT_CLAIM_SECONDS,
         max_connections: int | None = None,
         max_connection_pool_size: int | None = None,
         **connection_kwargs: Any,
     ) -> None:
+        if (
+            isinstance(claim_seconds, bool)
+            or not isinstance(claim_seconds, (int, float))
+            or not math.isfinite(claim_seconds)
+            or claim_seconds <= 0
+        ):
+            raise ConfigurationError("claim_seconds must be a finite number > 0")
+        self.claim_seconds = float(claim_seconds)
         self._owns_runner = runner is None
         self.runner = make_runner(
             url,
@@ -107,6 +164,8 @@ class SimpleBrokerScheduleSource(ScheduleSource):
             connection_options=connection_kwargs,
             default_max_connections=DEFAULT_MAX_CONNECTIONS,
         )
+        self._lost: dict[str, LostRun] = {}  #: lost runs listed last, by their schedule_id
+        self._claims: dict[str, _Claim] = {}  #: claimed runs not confirmed yet
 
     async def startup(self) -> None:
         """Create or validate the namespace."""
@@ -118,19 +177,57 @@ class SimpleBrokerScheduleSource(ScheduleSource):
             await close_runner(self.runner)
 
     async def get_schedules(self) -> list[ScheduledTask]:
-        """Return every stored schedule (unreadable ones are logged and skipped)."""
-        key = self.runner.keys.schedules
-        stored = await self.runner.execute(lambda client: client.hgetall(key), idempotent=True)
+        """Return every stored schedule, and each lost run as a one-off due now.
+
+        A lost run was claimed by a scheduler that never confirmed sending
+        it (it died). It is listed under the schedule ID
+        ``"<schedule id>@<run>"`` with a ``time`` in the past, so the
+        scheduler sends it at once (after claiming it again). Unreadable
+        schedules are logged and skipped.
+        """
+        table = await self.runner.run(calls.schedule_list())
         schedules = []
-        for schedule_id, value in sorted(stored.items(), key=lambda item: str(item[0])):
+        for schedule_id, value in sorted(table.schedules.items()):
             try:
                 schedules.append(ScheduledTask.model_validate_json(value))
             except ValidationError as exc:
                 logger.warning("skipping unreadable schedule %s: %s", schedule_id, exc)
+        lost: dict[str, LostRun] = {}
+        for run in table.lost:
+            try:
+                schedule = ScheduledTask.model_validate_json(run.schedule)
+            except ValidationError as exc:
+                logger.warning("skipping unreadable lost run of %s: %s", run.schedule_id, exc)
+                continue
+            retry_id = f"{run.schedule_id}@{run.run}"
+            lost[retry_id] = run
+            schedules.append(
+                schedule.model_copy(
+                    update={
+                        "schedule_id": retry_id,
+                        "cron": None,
+                        "cron_offset": None,
+                        "interval": None,
+                        "time": datetime.fromtimestamp(run.claimed_us / 1_000_000, UTC),
+                    }
+                )
+            )
+        self._lost = lost
         return schedules
 
     async def add_schedule(self, schedule: ScheduledTask) -> None:
-        """Store ``schedule`` (replacing one with the same ``schedule_id``)."""
+        """Store ``schedule`` (replacing one with the same ``schedule_id``).
+
+        Raises:
+            ScheduleError: An invalid cron expression or offset, or more
+                than one of ``cron``, ``interval`` and ``time``.
+
+        """
+        kinds = _kinds(schedule)
+        if len(kinds) > 1:
+            raise ScheduleError(
+                f"a schedule sets one of cron, interval and time, not {' and '.join(kinds)}"
+            )
         if schedule.cron is not None:
             check_cron(schedule.cron)
             try:  # also checks the offset (a timezone name or a timedelta)
@@ -145,11 +242,57 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         await self.runner.execute(lambda client: client.hset(key, schedule.schedule_id, value))
 
     async def delete_schedule(self, schedule_id: str) -> None:
-        """Delete a schedule (no error when it does not exist)."""
+        """Delete a schedule (no error when it does not exist); no run of it is claimed after."""
         key = self.runner.keys.schedules
         await self.runner.execute(lambda client: client.hdel(key, schedule_id))
 
+    async def pre_send(self, task: ScheduledTask) -> None:
+        """Claim this due run of ``task``; skip the send unless this scheduler got it.
+
+        Raises:
+            ScheduledTaskCancelledError: Another scheduler claimed the run,
+                the schedule is gone, or the server cannot be reached.
+
+        """
+        kind: ScheduleKind
+        run: str | int
+        lost = self._lost.get(task.schedule_id)
+        if lost is not None:
+            schedule_id, kind, run = lost.schedule_id, "retry", lost.run
+        else:
+            schedule_id = task.schedule_id
+            kind, run = self._due_run(task)
+        try:
+            claimed = await self.runner.run(
+                calls.schedule_claim(schedule_id, kind, run, self.claim_seconds)
+            )
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            logger.warning("cannot claim a run of schedule %s, skipped: %s", schedule_id, exc)
+            raise ScheduledTaskCancelledError from exc
+        if claimed is None:
+            logger.debug("a run of schedule %s is another scheduler's", schedule_id)
+            raise ScheduledTaskCancelledError
+        self._claims[task.schedule_id] = _Claim(schedule_id, claimed)
+
     async def post_send(self, task: ScheduledTask) -> None:
-        """Delete a fixed-time schedule once it was sent (it never fires again)."""
-        if task.time is not None and task.cron is None and task.interval is None:
-            await self.delete_schedule(task.schedule_id)
+        """Confirm the run claimed in :meth:`pre_send` was sent (it is never sent again)."""
+        claim = self._claims.pop(task.schedule_id, None)
+        if claim is not None:
+            self._lost.pop(task.schedule_id, None)
+            await self.runner.run(calls.schedule_sent(claim.schedule_id, claim.run))
+
+    @staticmethod
+    def _due_run(task: ScheduledTask) -> tuple[ScheduleKind, str | int]:
+        """Return the kind and run of the send Taskiq is about to make for ``task``.
+
+        Taskiq checks cron first, then interval, then time; a cron run is
+        its minute by this scheduler's clock (the clock Taskiq matched the
+        expression against).
+        """
+        if task.cron is not None:
+            return "cron", int(datetime.now(UTC).timestamp() // 60)
+        if task.interval is not None:
+            return "interval", _interval_us(task.interval)
+        return "time", ""

@@ -1,6 +1,6 @@
 -- release.lua: give reserved messages of a token back: pending again at once,
 -- or delayed (pending but not claimable) for a while.
--- uses: guard, reservations, time
+-- uses: reservations, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token, 3 delay in us ('0' = claimable now),
 --       4 '1' to take back the delivery count (never handed to a handler),
@@ -10,7 +10,7 @@
 local token = ARGV[2]
 local record = read_record(token)
 if not record then return 0 end
-check_keys(RESERVATION_KEYS)
+check_reservation_keys()
 local delay = tonumber(ARGV[3])
 local due = 0
 if delay > 0 then due = now_us() + delay end

@@ -6,14 +6,20 @@
 -- d, l, m, x} (queue, move target, created us, deadline us or -1, lease us,
 -- max deliveries, dead-letter queue), token_ids holds "<token> <id>" per
 -- reserved id, owners[id] = token, and leases scores the token by deadline.
+-- A message dead-lettered after its max deliveries also gets an entry in
+-- the dead_letters stream (the journal consumers report from).
 --
 -- Settling and releasing are planned first (every read, which also refuses
 -- a wrong-typed key) and applied after (writes), so a script that settles
 -- several tokens validates all of them before its first write.
 
--- Keys a reservation change writes; the script checks their types first.
-local RESERVATION_KEYS = {K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
-  K_BODIES, K_DELIVERIES, K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES}
+-- Check the types of the keys a reservation change writes (before its
+-- first write). The list is built per call: module code runs before bind()
+-- names the keys, so a table built at load time would hold nothing.
+local function check_reservation_keys()
+  check_keys({K_QUEUES, K_PENDING, K_RESERVED, K_DELAYED, K_DUE, K_CLAIMED,
+    K_BODIES, K_DELIVERIES, K_OWNERS, K_TOKENS, K_TOKEN_IDS, K_LEASES})
+end
 
 local function token_lo(token) return '[' .. token .. ' ' end
 local function token_hi(token) return '(' .. token .. '!' end
@@ -192,30 +198,59 @@ local function settle_ids(token, record, mode, target, ids)
   return settle_apply(plan)
 end
 
+-- Most entries the dead-letter journal keeps (approximately: XADD MAXLEN ~).
+-- Entries leave it when a consumer reports them; this bounds a journal
+-- nobody reads (dead letters of queues no Taskiq worker listens to).
+local DEAD_LETTER_JOURNAL = 10000
+
+-- Record in the dead-letter journal that `ids` (with delivery counts
+-- `counts`) of `queue` went to `dead_letter_queue`. The caller checked the
+-- journal's type before its first write.
+local function journal_dead_letters(queue, dead_letter_queue, ids, counts)
+  for i, id in ipairs(ids) do
+    redis.call('XADD', K_DEAD_LETTERS, 'MAXLEN', '~', DEAD_LETTER_JOURNAL, '*',
+      'queue', queue, 'dead_letter_queue', dead_letter_queue, 'id', id,
+      'deliveries', counts[i])
+  end
+end
+
 -- Return reserved `ids` of a token to pending, or to delayed until `due`
 -- (server us). Only IDs still owned by `token` move, so a stale caller can
 -- never release a newer reservation of the same message. `undeliver` takes
 -- back the delivery count (the messages never reached a handler). A message
--- that used up the record's max deliveries goes to its dead-letter queue.
--- The caller checked the types of RESERVATION_KEYS. Returns the number moved.
+-- that used up the record's max deliveries goes to its dead-letter queue,
+-- and an entry in the dead-letter journal says so.
+-- The caller ran check_reservation_keys(). Returns the number moved.
 local function release_ids(token, record, ids, due, undeliver)
   local queue = record.q
   local max_deliveries = tonumber(record.m or '0') or 0
   local owned = held_ids(token, queue, ids)
   local counts = delivery_counts(owned)
+  -- Which messages die is known before the first write, and so is whether
+  -- the journal (not among the reservation keys) is written.
+  local dies = {}
+  if not undeliver and max_deliveries > 0 and record.x ~= '' then
+    for i = 1, #owned do dies[i] = counts[i] >= max_deliveries end
+    for i = 1, #owned do
+      if dies[i] then
+        check_keys({K_DEAD_LETTERS})
+        break
+      end
+    end
+  end
   local drop = {}
   for i, id in ipairs(ids) do drop[i] = token .. ' ' .. id end
-  local moved, dead = {}, {}
+  local moved, dead, dead_counts = {}, {}, {}
   for i, id in ipairs(owned) do
     local member = mem(queue, id)
-    local count = counts[i]
     redis.call('ZREM', K_RESERVED, member)
     redis.call('HDEL', K_OWNERS, id)
-    if undeliver and count > 0 then
-      count = redis.call('HINCRBY', K_DELIVERIES, id, -1)
+    if undeliver and counts[i] > 0 then
+      redis.call('HINCRBY', K_DELIVERIES, id, -1)
     end
-    if not undeliver and max_deliveries > 0 and record.x ~= '' and count >= max_deliveries then
+    if dies[i] then
       dead[#dead + 1] = member
+      dead_counts[#dead_counts + 1] = counts[i]
     else
       moved[#moved + 1] = member
     end
@@ -238,6 +273,7 @@ local function release_ids(token, record, ids, due, undeliver)
     zadd_all(K_PENDING, renamed)
     register(record.x)
     unregister_if_empty(queue)
+    journal_dead_letters(queue, record.x, ids_of(dead), dead_counts)
     wake(record.x)
   end
   if not redis.call('ZRANGE', K_TOKEN_IDS, token_lo(token), token_hi(token),
@@ -273,7 +309,7 @@ local function recover_expired(now, queue, max_tokens, lenient)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
     'BYSCORE', 'LIMIT', 0, max_tokens)
   local released, recovered = 0, 0
-  if #tokens > 0 then check_keys(RESERVATION_KEYS) end
+  if #tokens > 0 then check_reservation_keys() end
   for _, token in ipairs(tokens) do
     local ok, got
     if lenient then

@@ -51,7 +51,7 @@ end
 local function vacuum_step(spec)
   local batch, threshold, limit = string.match(spec, '^(%d+):([%d.]+):(%d+)$')
   if not batch then return end
-  check_keys(RESERVATION_KEYS)
+  check_reservation_keys()
   recover_expired(now_us(), '', 16, true)
   local claimed = redis.call('ZCARD', K_CLAIMED)
   local total = claimed + redis.call('ZCARD', K_PENDING) + redis.call('ZCARD', K_RESERVED)
