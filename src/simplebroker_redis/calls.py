@@ -585,3 +585,125 @@ def recover(queue: str | None = None, *, max_tokens: int = 256) -> Call[Recovery
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError("max_tokens must be an integer >= 1")
     return Call(_recovery, "recover", (queue or "", max_tokens))
+
+
+# -- Celery (celery_simplebroker): exchange tables and chords ------------------------------
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    """One binding to store: its name, JSON value, and lifetime (ms, 0: forever)."""
+
+    name: str  #: ``"<exchange> US <routing key> US <queue>"``
+    value: str
+    lifetime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeTable:
+    """The live bindings of an exchange, and expired ones (any exchange) just removed."""
+
+    live: tuple[tuple[str, str], ...]  #: (binding, JSON value)
+    removed: tuple[str, ...]  #: binding names
+
+
+@dataclass(frozen=True, slots=True)
+class ChordPart:
+    """Outcome of counting one finished chord header entry."""
+
+    seen: int  #: header entries counted so far (-1: the body was dispatched already)
+    dispatch: bool  #: this call must dispatch the body
+
+    @property
+    def done(self) -> bool:
+        """Return True when the chord's body was dispatched already."""
+        return self.seen < 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChordDispatch:
+    """Outcome of committing a chord's dispatch."""
+
+    committed: bool  #: False: the chord was done already; nothing was written
+    ids: tuple[int, ...]  #: IDs of the messages written, in argument order
+
+
+def _binding_keys(keys: Keyspace) -> tuple[str, str]:
+    return keys.celery_bindings, keys.celery_binding_deadlines
+
+
+def _lifetime(lifetime_ms: int) -> int:
+    if isinstance(lifetime_ms, bool) or not isinstance(lifetime_ms, int) or lifetime_ms < 0:
+        raise ValueError("a lifetime must be an integer number of milliseconds >= 0")
+    return lifetime_ms
+
+
+def celery_bind(keys: Keyspace, bindings: Iterable[BindingRecord]) -> Call[int]:
+    """``celery_bind.lua``: store bindings, (re)starting the lifetime of expiring ones."""
+    args: list[object] = []
+    for binding in bindings:
+        args += (binding.name, binding.value, _lifetime(binding.lifetime_ms))
+    return Call(_int, "celery_bind", tuple(args), extra_keys=_binding_keys(keys))
+
+
+def _exchange_table(raw: Any) -> ExchangeTable:
+    count = int(raw[0])
+    live = tuple((str(raw[i]), str(raw[i + 1])) for i in range(1, 2 * count + 1, 2))
+    return ExchangeTable(live, tuple(str(name) for name in raw[2 * count + 1 :]))
+
+
+def celery_exchange_table(keys: Keyspace, exchange: str) -> Call[ExchangeTable]:
+    """``celery_exchange_table.lua``: an exchange's live bindings; expired ones removed."""
+    return Call(
+        _exchange_table, "celery_exchange_table", (exchange,), extra_keys=_binding_keys(keys)
+    )
+
+
+def celery_unbind(keys: Keyspace, queue: str) -> Call[int]:
+    """``celery_unbind.lua``: remove every binding of the Celery queue ``queue``."""
+    return Call(_int, "celery_unbind", (queue,), extra_keys=_binding_keys(keys))
+
+
+def _chord_part(raw: Any) -> ChordPart:
+    return ChordPart(int(raw[0]), bool(int(raw[1])))
+
+
+def celery_chord_part(
+    keys: Keyspace, chord: str, part: str, size: int, lifetime_ms: int
+) -> Call[ChordPart]:
+    """``celery_chord_part.lua``: count header entry ``part`` of ``chord`` (Celery's key name)."""
+    if not part:
+        raise ValueError("part must not be empty")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError("a chord's size must be an integer >= 1")
+    args = (part, size, _lifetime(lifetime_ms))
+    return Call(_chord_part, "celery_chord_part", args, extra_keys=keys.celery_chord(chord))
+
+
+def _chord_dispatch(raw: Any) -> ChordDispatch:
+    return ChordDispatch(bool(int(raw[0])), tuple(int(value) for value in raw[1:]))
+
+
+def celery_chord_dispatch(
+    keys: Keyspace,
+    chord: str,
+    part: str,
+    lifetime_ms: int,
+    messages: Sequence[tuple[str, str]],
+    candidate: int | None,
+) -> Call[ChordDispatch]:
+    """Write (queue, body) ``messages`` and mark ``chord`` done, or nothing; one step.
+
+    ``celery_chord_dispatch.lua``. ``part`` must hold the chord's dispatch
+    claim; ``candidate`` is the first message's candidate ID (None exactly
+    when there is no message).
+    """
+    if not part:
+        raise ValueError("part must not be empty")
+    if (candidate is None) != (not messages):
+        raise ValueError("a candidate ID is needed exactly when there are messages")
+    first = "" if candidate is None else format_id(candidate)
+    args: list[object] = [part, _lifetime(lifetime_ms), first]
+    for queue, body in messages:
+        args += (validate_queue_name(queue), body)
+    return Call(
+        _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=keys.celery_chord(chord)
+    )

@@ -73,6 +73,11 @@ ScriptName = Literal[
     "stats",
     "probe",
     "find",
+    "celery_bind",
+    "celery_exchange_table",
+    "celery_unbind",
+    "celery_chord_part",
+    "celery_chord_dispatch",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)

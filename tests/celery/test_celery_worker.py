@@ -141,7 +141,8 @@ def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker,
 
     def scripts() -> int:
         stats = raw.info("commandstats")
-        return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha",))
+        names = ("cmdstat_fcall", "cmdstat_evalsha")
+        return sum(int(stats.get(name, {}).get("calls", 0)) for name in names)
 
     before = scripts()
     time.sleep(4.0)

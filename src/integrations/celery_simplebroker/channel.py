@@ -133,8 +133,12 @@ class Channel(virtual.Channel):
 
     # -- publishing --------------------------------------------------------------
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Write the message to the queue (one round trip; wakes idle consumers)."""
-        self.transport.core.write(storage_queue(queue), self._envelope(message))
+        """Write the message to the queue (one round trip; wakes idle consumers).
+
+        During a chord's dispatch the message is staged instead, and written
+        together with the chord's ``done`` mark (see :mod:`.staging`).
+        """
+        self.transport.write(storage_queue(queue), self._envelope(message))
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any

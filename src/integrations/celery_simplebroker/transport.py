@@ -25,15 +25,18 @@ from typing import Any, Final, cast
 
 import redis
 from kombu.transport import virtual
+from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
+from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
 from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
 from .heartbeat import Heartbeat, Holdings
 from .options import TransportOptions, make_runner, resolve_target, storage_queue
+from .staging import stage_for
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -66,6 +69,7 @@ class Transport(virtual.Transport):
         self.options = TransportOptions.parse(raw_options)
         self.runner = make_runner(resolve_target(client.hostname), raw_options)
         self.bindings = Bindings(self.runner)
+        self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self.holdings = Holdings()
         self._core: RedisBrokerCore | None = None
         self._leases: Leases | None = None
@@ -174,6 +178,16 @@ class Transport(virtual.Transport):
             if not lease.messages:
                 return removed
             removed += leases.ack(lease.token, None, delete=True).settled
+
+    # -- publishing -----------------------------------------------------------------------------
+    def write(self, queue: str, envelope: str) -> None:
+        """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch."""
+        stage = stage_for(self.runner.identity)
+        if stage is None:
+            self.core.write(queue, envelope)
+            return
+        validate_message(envelope, self.max_message_size)
+        stage.messages.append((queue, envelope))
 
     # -- taking messages ----------------------------------------------------------------------
     def reserve(self, queue: str, limit: int) -> Lease:
