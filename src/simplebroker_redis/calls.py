@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from simplebroker.metadata import QueueStats
 
-from .keys import FIXED_KEYS, Keyspace, format_id
+from .keys import FIXED_KEYS, Keyspace, format_id, queue_bounds
 from .scripts import ScriptName
 from .validation import optional_id, validate_queue_name
 
@@ -372,6 +372,18 @@ def probe_exists(queue: str) -> Call[bool]:
 def probe_pending(queue: str, after: int | None = None) -> Call[bool]:
     """``probe.lua``: whether ``queue`` has a pending message (above ``after``)."""
     return Call(_bool, "probe", ("pending", queue, optional_id(after)), idempotent=True)
+
+
+def ready_count(keys: Keyspace, queue: str) -> Call[int]:
+    """Messages of ``queue`` a reservation could take now (neither reserved nor delayed).
+
+    AMQP's "ready" count (kombu's ``queue_declare``); SimpleBroker's stats
+    count reserved and delayed messages as pending too. One ``ZLEXCOUNT``.
+    """
+    low, high = queue_bounds(validate_queue_name(queue))
+    return Call(
+        _int, command=lambda client: client.zlexcount(keys.pending, low, high), idempotent=True
+    )
 
 
 def _optional_id(raw: Any) -> int | None:

@@ -88,6 +88,11 @@ def member(queue: str, message_id: int) -> str:
     return f"{queue} {message_id:0{ID_WIDTH}d}"
 
 
+def queue_bounds(queue: str) -> tuple[str, str]:
+    """Return the lex range (``ZRANGE ... BYLEX`` bounds) of ``queue``'s members."""
+    return f"[{queue} ", f"({queue}!"
+
+
 def split_member(value: str) -> tuple[str, int]:
     """Split a ``"<queue> <id>"`` member into its queue and integer ID."""
     return value[: -ID_WIDTH - 1], int(value[-ID_WIDTH:])

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kombu.transport import virtual
 
-from simplebroker_redis import LeasedMessage
+from simplebroker_redis import LeasedMessage, calls
 
 from .bindings import Binding
 from .options import storage_queue
@@ -186,8 +186,9 @@ class Channel(virtual.Channel):
         return self.transport.purge(storage_queue(queue))
 
     def _size(self, queue: str) -> int:
-        """Return the queue's pending messages (SimpleBroker counts held ones too)."""
-        return int(self.transport.core.get_queue_stat(storage_queue(queue)).pending)
+        """Return the queue's ready messages: pending and held by no worker (one round trip)."""
+        runner = self.transport.runner
+        return runner.run(calls.ready_count(runner.keys, storage_queue(queue)))
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         """Return True: a SimpleBroker queue exists implicitly."""
