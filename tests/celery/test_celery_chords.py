@@ -60,7 +60,10 @@ def make_chord(app: Any, size: int, failed: int | None = None) -> tuple[list[Any
 
 def bodies(core: RedisBrokerCore) -> list[list[Any]]:
     """The args of every chord body waiting in the ``bodies`` queue."""
-    return [json.loads(json.loads(row)["body"])[0] for row in core.peek_many("bodies", 100, with_timestamps=False)]
+    return [
+        json.loads(json.loads(row)["body"])[0]
+        for row in core.peek_many("bodies", 100, with_timestamps=False)
+    ]
 
 
 def finish(app: Any, request: Any) -> None:
