@@ -203,3 +203,24 @@ def test_expired_messages_are_dropped_when_taken(conn, core):
     assert conn.default_channel.basic_get("jobs").payload == "fresh"
     assert core.peek_many("jobs", 10) != []  # "fresh" is held, "stale" is gone
     assert len(core.peek_many("jobs", 10)) == 1
+
+
+def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, caplog):
+    """The heartbeat's renewal may run just after the server settled a token's last message."""
+    publish(conn, "jobs", "x")
+    channel = conn.channel()
+    message = channel.basic_get("jobs")
+    transport = conn.transport
+    heartbeat = transport._heartbeat
+    heartbeat.stop()  # this test runs the renewal itself, at the worst moment
+    leases = transport.leases
+    ack = leases.ack
+
+    def ack_then_renew(*args: Any, **kwargs: Any) -> Any:
+        settled = ack(*args, **kwargs)  # the server dropped the token
+        heartbeat._renew()  # the heartbeat thread's turn, before ack() returns
+        return settled
+
+    leases.ack = ack_then_renew
+    message.ack()
+    assert "expired before renewal" not in caplog.text

@@ -253,9 +253,14 @@ class Transport(virtual.Transport):
 
     # -- settling ----------------------------------------------------------------------------
     def ack(self, token: str, message_id: int) -> None:
-        """Delete one reserved message (one round trip)."""
-        settlement = self.leases.ack(token, [message_id], delete=True)
+        """Delete one reserved message (one round trip).
+
+        The heartbeat stops renewing it first: once the server settled a
+        token's last message the token is gone, and a renewal racing with
+        this call must not find it still held and report it lost.
+        """
         self.holdings.settle(token)
+        settlement = self.leases.ack(token, [message_id], delete=True)
         if settlement.lost:
             logger.warning(
                 "message %d was acknowledged after its lease expired; it may have run twice",
@@ -266,6 +271,7 @@ class Transport(virtual.Transport):
         """Make reserved messages pending again, atomically per reservation."""
         for token, ids in groups.items():
             id_list = list(ids)
+            self.holdings.settle(token, len(id_list))  # before the server drops the token
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
             except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
@@ -274,8 +280,6 @@ class Transport(virtual.Transport):
                     len(id_list),
                     exc,
                 )
-            finally:
-                self.holdings.settle(token, len(id_list))
 
     def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
         """Move a rejected message to the dead-letter queue, or delete it when there is none."""
@@ -285,8 +289,8 @@ class Transport(virtual.Transport):
         if target is None:
             self.ack(token, message_id)
             return
+        self.holdings.settle(token)  # before the server drops the token
         self.leases.reject(token, [message_id], target)
-        self.holdings.settle(token)
 
     # -- waiting -------------------------------------------------------------------------------
     def nudge(self) -> None:
