@@ -205,6 +205,34 @@ def test_expired_messages_are_dropped_when_taken(conn, core):
     assert len(core.peek_many("jobs", 10)) == 1
 
 
+def test_a_queue_found_empty_is_not_polled_again_until_its_wake_up(conn, redis_url, options):
+    """Celery's pidbox queue, polled in turn with the task queue, costs no round trip per task."""
+    got: list[Any] = []
+
+    def on_message(body: Any, message: Any) -> None:
+        got.append(body)
+        if not message.acknowledged:
+            message.ack()
+
+    transport = conn.transport
+    claims = []
+    claim = transport.claim
+    transport.claim = lambda queue: claims.append(queue) or claim(queue)  # counts round trips
+    mailbox = conn.channel()
+    with (
+        Consumer(conn.default_channel, [Queue("work")], callbacks=[on_message]),
+        Consumer(mailbox, [Queue("mbox")], callbacks=[on_message], no_ack=True),
+    ):
+        with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+            publish(other, "work", *range(20))
+            while len(got) < 20:
+                conn.drain_events(timeout=5)
+            assert len(claims) <= 2, claims  # not one per delivered task
+            publish(other, "mbox", "ping")  # its wake-up makes the mailbox worth a poll again
+            conn.drain_events(timeout=5)
+    assert got[-1] == "ping"
+
+
 def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, caplog):
     """The heartbeat's renewal may run just after the server settled a token's last message."""
     publish(conn, "jobs", "x")

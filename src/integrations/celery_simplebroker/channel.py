@@ -234,6 +234,11 @@ class Channel(virtual.Channel):
         return message
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        # A queue found empty stays empty until its wake-up: no round trip for it.
+        if not self._buffers.get(queue) and self.transport.wakeups.known_empty(
+            storage_queue(queue)
+        ):
+            raise Empty()
         if queue in self._noack:
             return self._claim(queue)
         return self._take(queue, limit=None)
@@ -258,15 +263,25 @@ class Channel(virtual.Channel):
             limit = self.transport.options.reserve_batch if room is None else room
             limit -= self.buffered()
         if limit < 1:
-            raise Empty()
-        lease = self.transport.reserve(storage_queue(queue), limit)
+            raise Empty()  # the prefetch window is full, not the queue empty
+        storage, wakeups = storage_queue(queue), self.transport.wakeups
+        generation = wakeups.generation(storage)
+        lease = self.transport.reserve(storage, limit)
+        if len(lease.messages) < limit:  # it took every claimable message
+            wakeups.found_empty(storage, generation)
         if not lease.messages:
             raise Empty()
         buffer.extend((lease.token, message) for message in lease.messages)
 
     def _claim(self, queue: str) -> dict[str, Any]:
+        storage, wakeups = storage_queue(queue), self.transport.wakeups
         while True:
-            payload = self.transport.claim(queue)
+            generation = wakeups.generation(storage)
+            try:
+                payload = self.transport.claim(queue)
+            except Empty:
+                wakeups.found_empty(storage, generation)
+                raise
             if payload is not None:
                 return payload
 

@@ -7,17 +7,17 @@ or with ``broker_transport = "celery_simplebroker.transport:Transport"`` and
 
 kombu's virtual transport polls every queue each ``polling_interval``; this
 one does not. Once a poll finds nothing to deliver, ``drain_events``
-sleeps on the queues' Pub/Sub wake-up channels (every write, release and
-recovery publishes there), on a local event set by acknowledgements and
-prefetch changes (``basic_qos``), or at most ``idle_recheck`` seconds, and
-polls again only then.
+sleeps until a queue's Pub/Sub wake-up (every write, release and recovery
+publishes one), a nudge from an acknowledgement or a prefetch change
+(``basic_qos``), or at most ``idle_recheck`` seconds, and polls again only
+then; a queue a poll found empty is skipped until its wake-up (see
+:mod:`.wakeups`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from queue import Empty
@@ -29,7 +29,6 @@ from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
-from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
@@ -37,6 +36,7 @@ from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_
 from .heartbeat import Heartbeat, Holdings
 from .options import TransportOptions, make_runner, resolve_target, storage_queue
 from .staging import stage_for
+from .wakeups import Wakeups
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -76,9 +76,7 @@ class Transport(virtual.Transport):
         self._queue_ttls: dict[str, float] = {}
         self._queue_lifetimes: dict[str, float] = {}
         self._expiring: dict[str, Binding] = {}
-        self._nudge = threading.Event()
-        self._waiter: QueueActivityWaiter | None = None
-        self._waiter_queues: tuple[str, ...] = ()
+        self.wakeups = Wakeups(self.runner)
         self._must_poll = True
         self._next_recheck = 0.0
         self._heartbeat: Heartbeat | None = None
@@ -97,7 +95,7 @@ class Transport(virtual.Transport):
             if self._heartbeat is not None:
                 self._heartbeat.stop()
                 self._heartbeat = None
-            self._close_waiter()
+            self.wakeups.close()
             self.runner.close()
 
     @property
@@ -295,7 +293,7 @@ class Transport(virtual.Transport):
     # -- waiting -------------------------------------------------------------------------------
     def nudge(self) -> None:
         """Tell a waiting ``drain_events`` that room or consumers changed (any thread)."""
-        self._nudge.set()
+        self.wakeups.nudge()
 
     def consumers_changed(self, *, consuming: bool) -> None:
         """Poll again on the next drain; the heartbeat runs while consuming or holding.
@@ -313,7 +311,7 @@ class Transport(virtual.Transport):
         """Deliver one message, waiting on wake-ups rather than polling."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            waiter = self._current_waiter()  # subscribed before polling: no wake-up is missed
+            self._watch()  # subscribed before polling: no wake-up is missed
             if self._should_poll():
                 self._must_poll = False
                 try:
@@ -329,43 +327,22 @@ class Transport(virtual.Transport):
                 if deadline <= now:
                     raise TimeoutError()
                 wait = min(wait, deadline - now)
-            self._wait(waiter, max(0.0, wait))
+            if self.wakeups.wait(max(0.0, wait), wakeups=not self._prefetch_full()):
+                self._must_poll = True
 
     def _should_poll(self) -> bool:
-        if self._must_poll or time.monotonic() >= self._next_recheck:
+        now = time.monotonic()
+        if now >= self._next_recheck:
+            # Wake-ups are hints: every idle_recheck, busy or not, ask the server again.
+            self.wakeups.forget_empty()
+            self._next_recheck = now + self.options.idle_recheck
             return True
-        return any(channel.buffered() for channel in self.channels)
-
-    def _wait(self, waiter: QueueActivityWaiter | None, seconds: float) -> None:
-        nudge = self._nudge
-        if not nudge.is_set():
-            if waiter is None or self._prefetch_full():
-                nudge.wait(seconds)
-            elif waiter.wait(seconds):
-                self._must_poll = True
-        if nudge.is_set():
-            nudge.clear()
-            self._must_poll = True
+        return self._must_poll or any(channel.buffered() for channel in self.channels)
 
     def _prefetch_full(self) -> bool:
         consuming = [channel for channel in self.channels if channel._consumers]
         return bool(consuming) and not any(channel.qos.can_consume() for channel in consuming)
 
-    def _current_waiter(self) -> QueueActivityWaiter | None:
-        queues = tuple(sorted({storage_queue(queue) for queue in self._consumed()}))
-        if queues != self._waiter_queues:
-            self._close_waiter()
-            if queues:
-                # The nudge is the waiter's stop event: acknowledgements end its wait.
-                self._waiter = open_waiter(self.runner, queues, self._nudge)
-            self._waiter_queues = queues
+    def _watch(self) -> None:
+        if self.wakeups.watch(storage_queue(queue) for queue in self._consumed()):
             self._must_poll = True
-        return self._waiter
-
-    def _close_waiter(self) -> None:
-        waiter, self._waiter, self._waiter_queues = self._waiter, None, ()
-        if waiter is not None:
-            try:
-                waiter.close()
-            except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
-                logger.debug("closing the wake-up waiter failed: %s", exc)
