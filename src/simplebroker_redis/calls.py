@@ -719,3 +719,29 @@ def celery_chord_dispatch(
     return Call(
         _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=keys.celery_chord(chord)
     )
+
+
+def celery_store(
+    keys: Keyspace,
+    name: str,
+    value: str,
+    expires_ms: int | None,
+    wake: str | None,
+    *,
+    guard: bool,
+) -> Call[int]:
+    """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
+
+    ``celery_store.lua``. With ``guard`` an entry whose JSON says SUCCESS is
+    kept. Returns 1 stored, 0 kept, -1 when the guard could not read the
+    stored entry (nothing done).
+    """
+    if expires_ms is not None:
+        _lifetime(expires_ms)
+    args = (
+        value,
+        "" if not expires_ms else expires_ms,
+        "" if wake is None else validate_queue_name(wake),
+        _flag(guard),
+    )
+    return Call(_int, "celery_store", args, extra_keys=(keys.celery_entry(name),))

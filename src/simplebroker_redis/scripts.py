@@ -78,6 +78,7 @@ ScriptName = Literal[
     "celery_unbind",
     "celery_chord_part",
     "celery_chord_dispatch",
+    "celery_store",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)

@@ -136,24 +136,42 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
     def set(self, key: str | bytes, value: str | bytes) -> None:
         """Store ``value`` (expires after ``result_expires``); a task's result wakes waiters."""
-        name, text = self._key(key), encode_value(value)
-        expires = int(self.expires) if self.expires else None
-        raw = bytes_to_str(key)
+        self._store(key, value, guard=False)
+
+    def _store(self, key: str | bytes, value: str | bytes, *, guard: bool) -> int:
+        name = bytes_to_str(key)
         prefix = bytes_to_str(self.task_keyprefix)
-        channel = (
-            self.runner.keys.wake_channel(wake_name(raw[len(prefix) :]))
-            if raw.startswith(prefix)
-            else None
+        wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
+        expires_ms = int(self.expires) * 1000 if self.expires else None
+        call = calls.celery_store(
+            self.runner.keys, name, encode_value(value), expires_ms, wake, guard=guard
         )
+        return self.runner.run(call)
 
-        def store(client: redis.Redis) -> None:
-            pipe = client.pipeline(transaction=True)
-            pipe.set(name, text, ex=expires)
-            if channel is not None:
-                pipe.publish(channel, "1")
-            pipe.execute()
+    def _store_result(
+        self,
+        task_id: str,
+        result: Any,
+        state: str,
+        traceback: Any = None,
+        request: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Store a task's state and result, unless it already succeeded: one script.
 
-        self.runner.execute(store)
+        Celery's key-value backends read the stored state first (a task that
+        ran twice must not overwrite SUCCESS), then write; here the script
+        does both atomically, and wakes the result's waiters.
+        """
+        meta = self._get_result_meta(
+            result=result, state=state, traceback=traceback, request=request
+        )
+        meta["task_id"] = bytes_to_str(task_id)
+        key, value = self.get_key_for_task(task_id), self.encode(meta)
+        if self._store(key, value, guard=True) < 0:  # not JSON: Celery's own check
+            if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
+                self._store(key, value, guard=False)
+        return result
 
     def delete(self, key: str | bytes) -> None:
         """Delete ``key``."""
