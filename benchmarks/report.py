@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import backend
+import celery_bench
 import taskiq_bench
 from common import fmt_num, in_order, render_table
 
@@ -202,6 +203,7 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
             f"{fmt_num(value)} RT/task",
             _verdict(value, 2.0),
         )
+    _celery_budgets(summary.get("celery"), add)
     out.extend(issue13_budgets(summary))
     return out
 
@@ -329,6 +331,70 @@ def issue13_budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _celery_budgets(ce: dict[str, Any] | None, add: Any) -> None:
+    """Issue 15's figures: rate vs Celery's Redis transport, worker CPU, recovery time."""
+    why = "celery section not run" if ce is None else ""
+    through = (ce or {}).get("throughput", {})
+    ours, stock = through.get("simplebroker"), through.get("redis")
+    ratio = (
+        ours["e2e_per_s"] / stock["e2e_per_s"]
+        if ours and stock and ours["e2e_per_s"] and stock["e2e_per_s"]
+        else None
+    )
+    add(
+        "celery",
+        ">= 2x end-to-end tasks/s with results vs Celery's Redis transport + Redis backend",
+        ratio,
+        why
+        or f"{fmt_num(ratio)}x ({fmt_num(ours['e2e_per_s'] if ours else None)} vs "
+        f"{fmt_num(stock['e2e_per_s'] if stock else None)} tasks/s)",
+        _verdict(ratio, 2.0, lower_is_better=False),
+    )
+    cpu = ours["worker_cpu_ms_per_task"] if ours else None
+    add(
+        "celery",
+        "worker CPU per task (report, vs Celery's Redis transport + backend)",
+        cpu,
+        why
+        or f"{fmt_num(cpu)} ms/task vs "
+        f"{fmt_num(stock['worker_cpu_ms_per_task'] if stock else None)} ms/task",
+        "not measured" if cpu is None else "reported",
+    )
+    recovery = (ce or {}).get("recovery", {})
+    mine = recovery.get("simplebroker")
+    value = mine["all_rerun_s"] if mine else None
+    complete = bool(mine) and mine["complete_reps"] == mine["reps"]
+    verdict = _verdict(value, 15.0)
+    if mine and not complete:
+        verdict = "MISSED"
+    add(
+        "celery",
+        "a SIGKILLed worker's tasks run again within 15 s (defaults: 10 s lease)",
+        value,
+        why
+        or (
+            f"{fmt_num(value)} s, {mine['complete_reps']}/{mine['reps']} reps complete"
+            if mine
+            else "-"
+        ),
+        verdict,
+    )
+    for entry, what in (
+        ("redis", "Celery's Redis transport, default visibility_timeout (1 h)"),
+        ("redis-vt10", "Celery's Redis transport, visibility_timeout=10, restore sweep 1 s"),
+    ):
+        row = recovery.get(entry)
+        if row is None:
+            shown = why or "-"
+        elif row["all_rerun_s"] is None:
+            shown = f"not within {row['wait_s']:g} s (bounded wait)"
+        else:
+            shown = f"{fmt_num(row['all_rerun_s'])} s"
+        if row and row["rerun_while_holder_lived"]:
+            shown += f"; {row['rerun_while_holder_lived']} task(s) ran twice while the holder lived"
+        add("celery", f"context: {what}: killed worker's tasks run again", None, shown, "context")
+
+
 def budget_table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     """Render the budgets."""
     return render_table(
@@ -428,6 +494,8 @@ def results_markdown(summary: dict[str, Any]) -> str:
         lines += ["### Backend", "", backend.report(summary["backend"], markdown=True), ""]
     if "taskiq" in summary:
         lines += ["### Taskiq", "", taskiq_bench.report(summary["taskiq"], markdown=True), ""]
+    if "celery" in summary:
+        lines += ["### Celery", "", celery_bench.report(summary["celery"], markdown=True), ""]
     lines += ["### Budgets", "", budget_table(budgets(summary), markdown=True), ""]
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """Run the benchmarks: ``python benchmarks/run.py [--quick] [--only SECTION] ...``.
 
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
-``multiprocess``) and ``taskiq``. ``--only`` takes a comma-separated list of
+``multiprocess``), ``taskiq`` and ``celery``. ``--only`` takes a comma-separated list of
 sections or backend parts. Each section gets its own throwaway server.
 
 Output: tables on stdout, a progress bar on stderr, every sample and summary
@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import backend
+import celery_bench
 import report
 import taskiq_bench
 from common import RESULTS_DIR, JsonLines, Progress, Server, environment
 
-SECTIONS = ("backend", "taskiq")
+SECTIONS = ("backend", "taskiq", "celery")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,7 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated sections (backend, taskiq) or backend parts "
+        help="comma-separated sections (backend, taskiq, celery) or backend parts "
         f"({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
@@ -56,18 +57,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def selection(only: str) -> tuple[bool, set[str], bool]:
-    """Return (run backend, backend parts, run taskiq)."""
+def selection(only: str) -> tuple[bool, set[str], bool, bool]:
+    """Return (run backend, backend parts, run taskiq, run celery)."""
     names = {s.strip() for s in only.split(",") if s.strip()}
     unknown = names - set(SECTIONS) - set(backend.BACKEND_PARTS)
     if unknown:
         raise SystemExit(f"unknown --only value(s): {', '.join(sorted(unknown))}")
     if not names:
-        return True, set(backend.BACKEND_PARTS), True
+        return True, set(backend.BACKEND_PARTS), True, True
     parts = names & set(backend.BACKEND_PARTS)
     if "backend" in names:
         parts = set(backend.BACKEND_PARTS)
-    return bool(parts), parts, "taskiq" in names
+    return bool(parts), parts, "taskiq" in names, "celery" in names
 
 
 def load_summary(path: Path) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write_doc(load_summary(args.doc_from))
         print(f"updated {report.DOC} from {args.doc_from}")
         return 0
-    run_backend, parts, run_taskiq = selection(args.only)
+    run_backend, parts, run_taskiq, run_celery = selection(args.only)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = args.json or RESULTS_DIR / f"bench-{stamp}.jsonl"
     chart_path = args.chart or RESULTS_DIR / f"bench-{stamp}.png"
@@ -128,6 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
             progress.finish()
             print(taskiq_bench.report(summary["taskiq"]), end="\n\n", flush=True)
+        if run_celery:
+            progress = Progress(celery_bench.plan_units(args.reps), "celery")
+            with Server() as server:
+                server_version = server_version or server.version()
+                summary["celery"] = celery_bench.run_section(
+                    server, reps=args.reps, quick=args.quick, progress=progress, emit=sink.write
+                )
+            progress.finish()
+            print(celery_bench.report(summary["celery"]), end="\n\n", flush=True)
     finally:
         summary["elapsed_s"] = time.monotonic() - started
         summary["environment"] = {**env, "server": server_version or "unknown"}

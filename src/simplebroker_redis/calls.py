@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from simplebroker.metadata import QueueStats
 
-from .keys import FIXED_KEYS, Keyspace, format_id
+from .keys import FIXED_KEYS, Keyspace, format_id, queue_bounds
 from .scripts import ScriptName
 from .validation import optional_id, validate_queue_name
 
@@ -422,6 +422,18 @@ def probe_pending(queue: str, after: int | None = None) -> Call[bool]:
     return Call(_bool, "probe", ("pending", queue, optional_id(after)), idempotent=True)
 
 
+def ready_count(keys: Keyspace, queue: str) -> Call[int]:
+    """Messages of ``queue`` a reservation could take now (neither reserved nor delayed).
+
+    AMQP's "ready" count (kombu's ``queue_declare``); SimpleBroker's stats
+    count reserved and delayed messages as pending too. One ``ZLEXCOUNT``.
+    """
+    low, high = queue_bounds(validate_queue_name(queue))
+    return Call(
+        _int, command=lambda client: client.zlexcount(keys.pending, low, high), idempotent=True
+    )
+
+
 def _optional_id(raw: Any) -> int | None:
     return int(raw) if raw else None
 
@@ -799,3 +811,151 @@ def _table(raw: Any) -> ScheduleTable:
 def schedule_list() -> Call[ScheduleTable]:
     """``schedule_list.lua``: every stored schedule, and the runs claimed but never sent."""
     return Call(_table, "schedule_list", (), idempotent=True)
+
+
+# -- Celery (celery_simplebroker): exchange tables and chords ------------------------------
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    """One binding to store: its name, JSON value, and lifetime (ms, 0: forever)."""
+
+    name: str  #: ``"<exchange> US <routing key> US <queue>"``
+    value: str
+    lifetime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeTable:
+    """The live bindings of an exchange, and expired ones (any exchange) just removed."""
+
+    live: tuple[tuple[str, str], ...]  #: (binding, JSON value)
+    removed: tuple[str, ...]  #: binding names
+
+
+@dataclass(frozen=True, slots=True)
+class ChordPart:
+    """Outcome of counting one finished chord header entry."""
+
+    seen: int  #: header entries counted so far (-1: the body was dispatched already)
+    dispatch: bool  #: this call must dispatch the body
+
+    @property
+    def done(self) -> bool:
+        """Return True when the chord's body was dispatched already."""
+        return self.seen < 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChordDispatch:
+    """Outcome of committing a chord's dispatch."""
+
+    committed: bool  #: False: the chord was done already; nothing was written
+    ids: tuple[int, ...]  #: IDs of the messages written, in argument order
+
+
+def _binding_keys(keys: Keyspace) -> tuple[str, str]:
+    return keys.celery_bindings, keys.celery_binding_deadlines
+
+
+def _lifetime(lifetime_ms: int) -> int:
+    if isinstance(lifetime_ms, bool) or not isinstance(lifetime_ms, int) or lifetime_ms < 0:
+        raise ValueError("a lifetime must be an integer number of milliseconds >= 0")
+    return lifetime_ms
+
+
+def celery_bind(keys: Keyspace, bindings: Iterable[BindingRecord]) -> Call[int]:
+    """``celery_bind.lua``: store bindings, (re)starting the lifetime of expiring ones."""
+    args: list[object] = []
+    for binding in bindings:
+        args += (binding.name, binding.value, _lifetime(binding.lifetime_ms))
+    return Call(_int, "celery_bind", tuple(args), extra_keys=_binding_keys(keys))
+
+
+def _exchange_table(raw: Any) -> ExchangeTable:
+    count = int(raw[0])
+    live = tuple((str(raw[i]), str(raw[i + 1])) for i in range(1, 2 * count + 1, 2))
+    return ExchangeTable(live, tuple(str(name) for name in raw[2 * count + 1 :]))
+
+
+def celery_exchange_table(keys: Keyspace, exchange: str) -> Call[ExchangeTable]:
+    """``celery_exchange_table.lua``: an exchange's live bindings; expired ones removed."""
+    return Call(
+        _exchange_table, "celery_exchange_table", (exchange,), extra_keys=_binding_keys(keys)
+    )
+
+
+def celery_unbind(keys: Keyspace, queue: str) -> Call[int]:
+    """``celery_unbind.lua``: remove every binding of the Celery queue ``queue``."""
+    return Call(_int, "celery_unbind", (queue,), extra_keys=_binding_keys(keys))
+
+
+def _chord_part(raw: Any) -> ChordPart:
+    return ChordPart(int(raw[0]), bool(int(raw[1])))
+
+
+def celery_chord_part(
+    keys: Keyspace, chord: str, part: str, size: int, lifetime_ms: int
+) -> Call[ChordPart]:
+    """``celery_chord_part.lua``: count header entry ``part`` of ``chord`` (Celery's key name)."""
+    if not part:
+        raise ValueError("part must not be empty")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError("a chord's size must be an integer >= 1")
+    args = (part, size, _lifetime(lifetime_ms))
+    return Call(_chord_part, "celery_chord_part", args, extra_keys=keys.celery_chord(chord))
+
+
+def _chord_dispatch(raw: Any) -> ChordDispatch:
+    return ChordDispatch(bool(int(raw[0])), tuple(int(value) for value in raw[1:]))
+
+
+def celery_chord_dispatch(
+    keys: Keyspace,
+    chord: str,
+    part: str,
+    lifetime_ms: int,
+    messages: Sequence[tuple[str, str]],
+    candidate: int | None,
+) -> Call[ChordDispatch]:
+    """Write (queue, body) ``messages`` and mark ``chord`` done, or nothing; one step.
+
+    ``celery_chord_dispatch.lua``. ``part`` must hold the chord's dispatch
+    claim; ``candidate`` is the first message's candidate ID (None exactly
+    when there is no message).
+    """
+    if not part:
+        raise ValueError("part must not be empty")
+    if (candidate is None) != (not messages):
+        raise ValueError("a candidate ID is needed exactly when there are messages")
+    first = "" if candidate is None else format_id(candidate)
+    args: list[object] = [part, _lifetime(lifetime_ms), first]
+    for queue, body in messages:
+        args += (validate_queue_name(queue), body)
+    return Call(
+        _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=keys.celery_chord(chord)
+    )
+
+
+def celery_store(
+    keys: Keyspace,
+    name: str,
+    value: str,
+    expires_ms: int | None,
+    wake: str | None,
+    *,
+    guard: bool,
+) -> Call[int]:
+    """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
+
+    ``celery_store.lua``. With ``guard`` an entry whose JSON says SUCCESS is
+    kept. Returns 1 stored, 0 kept, -1 when the guard could not read the
+    stored entry (nothing done).
+    """
+    if expires_ms is not None:
+        _lifetime(expires_ms)
+    args = (
+        value,
+        "" if not expires_ms else expires_ms,
+        "" if wake is None else validate_queue_name(wake),
+        _flag(guard),
+    )
+    return Call(_int, "celery_store", args, extra_keys=(keys.celery_entry(name),))

@@ -38,6 +38,9 @@ ID_WIDTH: Final[int] = 19
 #: Largest storable message ID (SimpleBroker's exclusive bound is 2**63).
 MAX_ID: Final[int] = 2**63 - 1
 
+#: What follows the namespace prefix in every key of the Celery integration.
+CELERY_PREFIX: Final[str] = "celery:"
+
 #: The fixed keys of a namespace, in the order scripts receive them as
 #: ``KEYS`` (Lua names them ``K_<NAME>``), with their Redis types. ``meta``
 #: comes first; ``schedules`` (Taskiq) last, because it may exist before the
@@ -87,6 +90,11 @@ def format_id(message_id: int) -> str:
 def member(queue: str, message_id: int) -> str:
     """Return the sorted-set member that places ``message_id`` in ``queue``."""
     return f"{queue} {message_id:0{ID_WIDTH}d}"
+
+
+def queue_bounds(queue: str) -> tuple[str, str]:
+    """Return the lex range (``ZRANGE ... BYLEX`` bounds) of ``queue``'s members."""
+    return f"[{queue} ", f"({queue}!"
 
 
 def split_member(value: str) -> tuple[str, int]:
@@ -152,6 +160,35 @@ class Keyspace:
     def progress_key(self, task_id: str) -> str:
         """Return the key of a Taskiq progress record."""
         return f"{self.prefix}progress:{task_id}"
+
+    # -- Celery (celery_simplebroker): not fixed keys; scripts get them as extra KEYS.
+    @property
+    def celery_bindings(self) -> str:
+        """Return the hash of exchange bindings: ``"<exchange> US <key> US <queue>"`` -> JSON."""
+        return f"{self.prefix}{CELERY_PREFIX}bindings"
+
+    @property
+    def celery_binding_deadlines(self) -> str:
+        """Return the zset of binding -> expiry (server ms) of queues that expire when unused."""
+        return f"{self.prefix}{CELERY_PREFIX}binding_deadlines"
+
+    def celery_entry(self, name: str) -> str:
+        """Return the key of the Celery result backend's entry ``name``.
+
+        ``name`` is Celery's own key name (``celery-task-meta-<id>``,
+        ``celery-taskset-meta-<id>``, ``chord-unlock-<group>``).
+        """
+        return f"{self.prefix}{CELERY_PREFIX}{name}"
+
+    def celery_chord(self, name: str) -> tuple[str, str]:
+        """Return the keys of a chord's state: (parts seen, dispatch claim).
+
+        ``name`` is Celery's key name of the chord (``chord-unlock-<group>``);
+        the set holds ``"<task id>:<header index>"`` of every finished header
+        entry, the string the member that dispatches the body, then ``done``.
+        """
+        parts = self.celery_entry(name)
+        return parts, f"{parts}.dispatch"
 
     @property
     def scan_pattern(self) -> str:

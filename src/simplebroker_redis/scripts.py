@@ -79,6 +79,12 @@ ScriptName = Literal[
     "schedule_sent",
     "schedule_list",
     "reserve_queues",
+    "celery_bind",
+    "celery_exchange_table",
+    "celery_unbind",
+    "celery_chord_part",
+    "celery_chord_dispatch",
+    "celery_store",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)

@@ -2,7 +2,8 @@
 
 Configured from the environment a test gives its worker processes:
 ``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (file the
-tasks and signals append events to), ``CELERY_LEASE`` (lease seconds).
+tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
+``CELERY_ACKS_LATE`` (``0``: Celery's default, acknowledge when a task starts).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from celery import Celery, signals
 import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
 
 
-def make_app(url: str, namespace: str, log: str, lease: float = 10.0) -> Celery:
+def make_app(
+    url: str, namespace: str, log: str, lease: float = 10.0, acks_late: bool = True
+) -> Celery:
     app = Celery("celeryapp")
     options = {
         "namespace": namespace,
@@ -29,7 +32,7 @@ def make_app(url: str, namespace: str, log: str, lease: float = 10.0) -> Celery:
         result_backend=f"simplebroker+{url}",
         broker_transport_options=options,
         result_backend_transport_options={"namespace": namespace},
-        task_acks_late=True,
+        task_acks_late=acks_late,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=2,
         result_backend_always_retry=True,
@@ -110,4 +113,5 @@ if os.environ.get("CELERY_NS"):
         os.environ["CELERY_NS"],
         os.environ["CELERY_LOG"],
         float(os.environ.get("CELERY_LEASE", "10")),
+        os.environ.get("CELERY_ACKS_LATE", "1") == "1",
     )

@@ -67,10 +67,12 @@ def start_worker(
         queues: str = "celery",
         fast: bool = True,
         ready: bool = True,
+        acks_late: bool = True,
     ) -> CeleryWorker:
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h", "-Q", queues]
         args += ["--loglevel", "INFO", *(FAST if fast else []), *extra]
-        worker = CeleryWorker(name, args, env, tmp_path / f"{name}-{len(started)}.out")
+        own = {**env, "CELERY_ACKS_LATE": "1" if acks_late else "0"}
+        worker = CeleryWorker(name, args, own, tmp_path / f"{name}-{len(started)}.out")
         started.append(worker)
         return worker.wait_ready(events) if ready else worker
 

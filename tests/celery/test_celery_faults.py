@@ -10,6 +10,8 @@ import time
 import pytest
 from cehelpers import read_events, wait_for
 
+from simplebroker_redis import RedisBrokerCore, RedisRunner
+
 pytestmark = pytest.mark.slow
 
 
@@ -49,6 +51,42 @@ def test_sigkill_with_acks_late_loses_nothing_and_reruns_quickly(app, start_work
     assert rerun >= 1, "no kill hit a running task; the trial proves too little"
 
 
+@pytest.mark.parametrize("lease", [3.0])
+def test_without_acks_late_a_started_task_is_lost_and_a_prefetched_one_comes_back(
+    app, start_worker, events, celery_url, namespace
+):
+    """``task_acks_late = False`` (Celery's default) behaves as Celery documents.
+
+    A task is acknowledged when it starts: if its worker dies while it runs,
+    it is lost. A task the worker prefetched but had not started was not
+    acknowledged: it runs elsewhere once the lease expires.
+    """
+    # One thread runs tasks while the consumer prefetches (window 2).
+    victim = start_worker("victim", pool="threads", acks_late=False)
+    running = app.send_task("record", ("running", 60.0))
+    waiting = app.send_task("record", ("waiting",))
+
+    def victim_holds_both() -> bool:
+        log = [e for e in read_events(events) if e.pid == victim.pid]
+        started = any(e.kind == "start" and e.words[0] == "running" for e in log)
+        return started and any(e.kind == "received" and e.words[0] == waiting.id for e in log)
+
+    wait_for(victim_holds_both, 30, "the victim to run one task and prefetch the other")
+    victim.kill()
+    killed = time.time()
+    heir = start_worker("heir", acks_late=False)
+    assert waiting.get(timeout=60) == "waiting"
+    log = read_events(events)
+    assert next(e for e in log if e.kind == "done" and e.words[0] == "waiting").at - killed < 15
+    # "running" was acknowledged (deleted) when it started: no message is left to return.
+    runner = RedisRunner(celery_url, namespace=namespace)
+    assert RedisBrokerCore(runner).peek_many("celery", 10) == []
+    runner.shutdown()
+    assert [e.pid for e in log if e.kind == "start" and e.words[0] == "running"] == [victim.pid]
+    assert running.state != "SUCCESS"
+    assert heir.process.poll() is None
+
+
 @pytest.mark.parametrize("lease", [2.0])
 def test_task_longer_than_its_lease_runs_once_while_its_worker_lives(app, start_worker, events):
     start_worker("w1")
@@ -59,34 +97,37 @@ def test_task_longer_than_its_lease_runs_once_while_its_worker_lives(app, start_
 
 
 @pytest.mark.parametrize("lease", [4.0])
-def test_eta_task_survives_the_death_of_the_worker_holding_it(app, start_worker, events):
-    """Far-ETA semantics with a short ETA and lease: held, not redelivered, not lost."""
+def test_eta_task_60_s_ahead_survives_the_death_of_the_worker_holding_it(app, start_worker, events):
+    """Held and renewed by its worker, never redelivered; handed on with its ETA when it dies.
+
+    The task would run a minute after it was sent; the test ends once the
+    next worker holds it with the same ETA (running at an ETA is
+    test_retry_with_countdown_and_eta_task's subject).
+    """
     victim = start_worker("victim")
     sent = time.time()
-    result = app.send_task("record", ("eta",), countdown=14)
-    wait_for(
-        lambda: any(
-            e.kind == "received" and e.pid == victim.pid and e.words[0] == result.id
+    result = app.send_task("record", ("eta",), countdown=60)
+
+    def received(pid: int) -> list:
+        return [
+            e
             for e in read_events(events)
-        ),
-        30,
-        "the victim to hold the ETA task",
-    )
+            if e.kind == "received" and e.pid == pid and e.words[0] == result.id
+        ]
+
+    held = wait_for(lambda: received(victim.pid), 30, "the victim to hold the ETA task")
     heir = start_worker("heir")
     # The victim renews its lease: the heir does not get the task while the victim lives,
-    # although two leases (4 s) pass.
+    # although two leases (8 s) pass.
     wait_for(lambda: time.time() > sent + 8, 30, "two leases", interval=0.2)
-    assert not any(e.kind == "received" and e.pid == heir.pid for e in read_events(events))
+    assert not received(heir.pid)
     victim.kill()
     killed = time.time()
-    assert result.get(timeout=60) == "eta"
-    log = read_events(events)
-    received = [e for e in log if e.kind == "received" and e.pid == heir.pid]
-    runs = [e for e in log if e.kind == "start" and e.words[0] == "eta"]
-    assert killed < sent + 14, "the victim must die before the ETA"
-    assert [e.pid for e in runs] == [heir.pid]
-    assert received and received[0].at - killed < 15
-    assert runs[0].at >= sent + 13.9
+    handed = wait_for(lambda: received(heir.pid), 30, "the heir to hold the ETA task")
+    assert handed[0].at - killed < 15
+    assert handed[0].words[1] == held[0].words[1]  # the same ETA, a minute after sending
+    assert time.time() < sent + 55, "the test must end before the ETA"
+    assert not [e for e in read_events(events) if e.kind == "start"]
 
 
 AOF = {"appendonly": True, "extra_args": ["--appendfsync", "always"]}

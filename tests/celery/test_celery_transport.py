@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-import celery_simplebroker  # registers the transport alias
+import celery_simplebroker  # noqa: F401 - registers the transport alias
 from celery_simplebroker import storage_queue
 from celery_simplebroker.transport import Transport
 from simplebroker_redis import RedisBrokerCore, RedisRunner
@@ -156,8 +154,10 @@ def test_purge_size_and_delete(conn, core):
     publish(conn, "jobs", *range(7))
     channel = conn.channel()
     held = channel.basic_get("jobs")
+    assert channel.queue_declare("jobs", passive=True).message_count == 6  # ready ones only
     assert channel.queue_purge("jobs") == 6  # the held message is not "ready"
-    assert channel.queue_declare("jobs", passive=True).message_count == 1
+    assert channel.queue_declare("jobs", passive=True).message_count == 0
+    assert len(core.peek_many("jobs", 10)) == 1  # SimpleBroker still shows the held one
     held.ack()
     publish(conn, "jobs", 1)
     channel.queue_delete("jobs")
@@ -205,13 +205,50 @@ def test_expired_messages_are_dropped_when_taken(conn, core):
     assert len(core.peek_many("jobs", 10)) == 1
 
 
-def test_the_integrations_scripts_touch_only_keys_passed_in_keys():
-    lua = Path(celery_simplebroker.__file__).parent / "lua"
-    calls = 0
-    for script in lua.glob("*.lua"):
-        source = script.read_text()
-        assert source.startswith("-- ") and "KEYS:" in source and "ARGV:" in source, script
-        for command, first in re.findall(r"redis\.call\('(\w+)'(?:, ([^,)]+))?", source):
-            calls += 1
-            assert command == "TIME" or re.fullmatch(r"KEYS\[\d\]", first), (script.name, command)
-    assert calls >= 10
+def test_a_queue_found_empty_is_not_polled_again_until_its_wake_up(conn, redis_url, options):
+    """Celery's pidbox queue, polled in turn with the task queue, costs no round trip per task."""
+    got: list[Any] = []
+
+    def on_message(body: Any, message: Any) -> None:
+        got.append(body)
+        if not message.acknowledged:
+            message.ack()
+
+    transport = conn.transport
+    claims = []
+    claim = transport.claim
+    transport.claim = lambda queue: claims.append(queue) or claim(queue)  # counts round trips
+    mailbox = conn.channel()
+    with (
+        Consumer(conn.default_channel, [Queue("work")], callbacks=[on_message]),
+        Consumer(mailbox, [Queue("mbox")], callbacks=[on_message], no_ack=True),
+    ):
+        with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+            publish(other, "work", *range(20))
+            while len(got) < 20:
+                conn.drain_events(timeout=5)
+            assert len(claims) <= 2, claims  # not one per delivered task
+            publish(other, "mbox", "ping")  # its wake-up makes the mailbox worth a poll again
+            conn.drain_events(timeout=5)
+    assert got[-1] == "ping"
+
+
+def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, caplog):
+    """The heartbeat's renewal may run just after the server settled a token's last message."""
+    publish(conn, "jobs", "x")
+    channel = conn.channel()
+    message = channel.basic_get("jobs")
+    transport = conn.transport
+    heartbeat = transport._heartbeat
+    heartbeat.stop()  # this test runs the renewal itself, at the worst moment
+    leases = transport.leases
+    ack = leases.ack
+
+    def ack_then_renew(*args: Any, **kwargs: Any) -> Any:
+        settled = ack(*args, **kwargs)  # the server dropped the token
+        heartbeat._renew()  # the heartbeat thread's turn, before ack() returns
+        return settled
+
+    leases.ack = ack_then_renew
+    message.ack()
+    assert "expired before renewal" not in caplog.text

@@ -1,17 +1,18 @@
-"""Real ``celery worker`` processes: results, canvas, retries, ETA, remote control, purge."""
+"""Real ``celery worker`` processes: results, canvas, retries, ETA, wake-ups, prefetch.
+
+Remote control, revoke and purge run in test_celery_acl.py, under the ACL line.
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
-from cehelpers import PYTHONPATH, read_events, wait_for
+from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.result import AsyncResult
 
-from simplebroker_redis import RedisBrokerCore, RedisRunner
+from simplebroker_redis import RedisRunner
 
 
 def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, namespace):
@@ -38,8 +39,10 @@ def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, na
     assert AsyncResult(done.id, app=app).state == "PENDING"
     # Results are Celery's keys inside the namespace (readable JSON).
     runner = RedisRunner(redis_url, namespace=namespace)
-    key = f"{runner.keys.prefix}celery:celery-task-meta-{failed.id}"
+    key = runner.keys.celery_entry(f"celery-task-meta-{failed.id}")
     assert '"status": "FAILURE"' in runner.execute(lambda client: client.get(key))
+    # They expire after result_expires (Celery's default: one day).
+    assert 86_000 < runner.execute(lambda client: client.ttl(key)) <= 86_400
     runner.shutdown()
 
 
@@ -85,55 +88,6 @@ def test_retry_with_countdown_and_eta_task(app, start_worker, events):
     assert run.at >= started + 2.9
 
 
-def test_inspect_ping_revoke_purge_and_shutdown(app, start_worker, events, redis_url, namespace):
-    worker = start_worker("w1", fast=False)  # with mingle and gossip, as by default
-    replies = app.control.inspect(timeout=5).ping()
-    assert replies and any(name.startswith("w1@") for name in replies)
-    # Revoke a task the worker holds until its ETA: it never runs.
-    doomed = app.send_task("record", ("doomed",), countdown=3)
-    wait_for(
-        lambda: any(e.kind == "received" and e.words[0] == doomed.id for e in read_events(events)),
-        30,
-        "the worker to hold the ETA task",
-    )
-    app.control.revoke(doomed.id)
-    assert app.send_task("record", ("after",), countdown=4).get(timeout=60) == "after"
-    assert not any(e.kind == "start" and e.words[0] == "doomed" for e in read_events(events))
-    assert doomed.state == "REVOKED"
-    # `celery purge` empties a queue nobody consumes.
-    for i in range(5):
-        app.send_task("add", (i, i), queue="idle")
-    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
-    assert len(core.peek_many("idle", 10)) == 5
-    env = {"PYTHONPATH": PYTHONPATH, **worker_env(redis_url, namespace, events)}
-    purge = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "celeryapp", "purge", "-f", "-Q", "idle"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert purge.returncode == 0, purge.stderr
-    assert "5 messages" in purge.stdout
-    assert core.peek_many("idle", 10) == []
-    core.runner.shutdown()
-    # Remote shutdown: the worker exits by itself.
-    app.control.shutdown(destination=list(replies))
-    worker.process.wait(60)
-    assert worker.process.returncode == 0
-
-
-def worker_env(redis_url: str, namespace: str, events) -> dict[str, str]:
-    import os
-
-    return {
-        **os.environ,
-        "SIMPLEBROKER_REDIS_URL": redis_url,
-        "CELERY_NS": namespace,
-        "CELERY_LOG": str(events),
-    }
-
-
 def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker, raw):
     start_worker("w1")
     assert app.send_task("add", (1, 1)).get(timeout=30) == 2
@@ -141,7 +95,8 @@ def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker,
 
     def scripts() -> int:
         stats = raw.info("commandstats")
-        return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha",))
+        names = ("cmdstat_fcall", "cmdstat_evalsha")
+        return sum(int(stats.get(name, {}).get("calls", 0)) for name in names)
 
     before = scripts()
     time.sleep(4.0)

@@ -244,3 +244,83 @@ async def _taskiq(url: str, namespace: str, n: Names, scripting: str) -> None:
             await schedules.delete_schedule(schedule.schedule_id)
     finally:
         await broker.shutdown()
+
+
+def exercise_celery(url: str, namespace: str, names: Names = Names()) -> None:
+    """Run every operation of the Celery transport and result backend, in this process.
+
+    Each of the integration's scripts runs at least once (bindings,
+    exchange tables, unbinding, chord parts and the chord's commit, which
+    writes the body it staged); no worker process is needed.
+    """
+    from types import SimpleNamespace
+
+    from celery import Celery, states
+    from celery.result import AsyncResult, GroupResult
+    from kombu import Connection, Exchange, Producer
+    from kombu import Queue as KombuQueue
+
+    import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
+
+    options = {"namespace": namespace, "lease_seconds": 5.0}
+    app = Celery("exercise")
+    app.conf.update(
+        broker_url=f"simplebroker+{url}",
+        result_backend=f"simplebroker+{url}",
+        broker_transport_options=options,
+        result_backend_transport_options={"namespace": namespace},
+    )
+    try:
+        with Connection(f"simplebroker+{url}", transport_options=options) as conn:
+            _celery_transport(conn, names, Exchange, Producer, KombuQueue)
+        _celery_results(app, names, states, AsyncResult, GroupResult, SimpleNamespace)
+    finally:
+        app.close()
+
+
+def _celery_transport(conn: Any, n: Names, exchange: Any, producer: Any, queue: Any) -> None:
+    channel = conn.channel()
+    send = producer(channel)
+    for body in ("a", "b", "c"):
+        send.publish(body, routing_key=n.main, serializer="json")
+    first = channel.basic_get(n.main)
+    first.ack()
+    second = channel.basic_get(n.main)
+    second.reject(requeue=True)
+    again = channel.basic_get(n.main)
+    again.reject(requeue=False)
+    held = channel.basic_get(n.main)
+    channel.basic_recover(requeue=True)
+    assert held is not None
+    assert channel.queue_declare(n.main, passive=True).message_count >= 1
+    assert channel.queue_purge(n.main) >= 1
+    fanout = exchange(n.alias, type="fanout")
+    for name in (n.other, n.target):
+        queue(name, fanout, expires=5.0)(channel).declare()
+    send.publish({"to": "all"}, exchange=fanout, declare=[fanout], serializer="json")
+    assert channel.basic_get(n.other) is not None
+    channel.queue_delete(n.target)
+    channel.close()
+
+
+def _celery_results(
+    app: Any, n: Names, states: Any, async_result: Any, group_result: Any, request: Any
+) -> None:
+    backend = app.backend
+    task_id = n.task_id
+    backend.store_result(task_id, 3, states.SUCCESS)
+    assert async_result(task_id, app=app).get(timeout=10) == 3
+    assert dict(backend.get_many([task_id], timeout=10))[task_id]["result"] == 3
+    async_result(task_id, app=app).forget()
+    # A chord of two header tasks: each part counts once, the second commits the body.
+    parts = [f"{task_id}.{i}" for i in range(2)]
+    group_id = f"{task_id}.group"
+    group_result(group_id, [async_result(part, app=app) for part in parts]).save(backend=backend)
+    body = app.signature("collect", queue=n.main)
+    body.freeze()
+    chord = dict(body, chord_size=len(parts))
+    for index, part in enumerate(parts):
+        backend.store_result(part, index, states.SUCCESS)
+        done = request(id=part, group=group_id, group_index=index, chord=chord)
+        backend.on_chord_part_return(done, states.SUCCESS, index)
+        backend.on_chord_part_return(done, states.SUCCESS, index)  # a second run counts once

@@ -19,7 +19,7 @@ import redis
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.scripts import SCRIPT_NAMES, function_name, library, script_source
 
-from .exercise import Names, exercise
+from .exercise import Names, exercise, exercise_celery
 from .luakeys import violations
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "src" / "simplebroker_redis" / "lua"
@@ -110,6 +110,7 @@ def test_every_key_touched_stays_inside_the_namespace(make_server, names):
     thread.start()
     assert ready.wait(10)
     exercise(server.url, namespace, names)
+    exercise_celery(server.url, namespace, names)
     admin = redis.Redis.from_url(server.url, decode_responses=True)
     admin.echo("monitor-stop")
     thread.join(20)

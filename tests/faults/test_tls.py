@@ -24,7 +24,7 @@ from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port, server_binary
 
-from .exercise import exercise
+from .exercise import exercise, exercise_celery
 from .support import QUOTED, assert_secret_free, broker_cli, texts_of, write_project
 
 
@@ -174,6 +174,7 @@ def test_every_operation_over_verified_tls(tls_server, certificates):
     watcher.start()
     try:
         exercise(url, "tls")
+        exercise_celery(url, "tls")  # the Celery transport and result backend too
     finally:
         done.set()
         watcher.join(10)

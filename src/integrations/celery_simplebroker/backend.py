@@ -11,10 +11,13 @@ sleep on Pub/Sub instead of polling (``interval`` only paces
 :data:`SAFETY_RECHECK` seconds).
 
 Chords count each finished header entry once, whatever its task's
-deliveries, and exactly one call dispatches the body: ``chord_part.lua``
-adds the entry to a set and, when the set is complete, hands the dispatch to
-one caller atomically. A caller that died before dispatching gets the
-dispatch again when its task is redelivered.
+deliveries, and exactly one call dispatches the body:
+``celery_chord_part.lua`` adds the entry to a set and, when the set is
+complete, hands the dispatch to one caller atomically. That caller's
+publishes are staged (:mod:`.staging`) and written together with the
+chord's ``done`` mark by ``celery_chord_dispatch.lua``, so a caller that
+died before that script sent nothing and gets the dispatch again when its
+task is redelivered, and one that died after it has marked the chord done.
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ from celery.result import GroupResult, allow_join_result
 from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
+from simplebroker_redis import RedisBrokerCore, calls
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
-from .keys import CeleryKeys
 from .options import make_runner, resolve_target
-from .scripts import run_script
+from .staging import staging
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -49,6 +52,9 @@ SAFETY_RECHECK: Final[float] = 5.0
 
 #: Lifetime of chord bookkeeping when results never expire (seconds).
 CHORD_FALLBACK_LIFETIME: Final[int] = 86_400
+
+#: Retries of a chord's commit after a connection error (without ``result_backend_always_retry``).
+DISPATCH_RETRIES: Final[int] = 5
 
 _BINARY = "\x00b:"  # marks a base64 value (a serializer's non-UTF-8 bytes)
 _ESCAPED = "\x00t:"  # marks text that starts with NUL itself
@@ -95,7 +101,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         super().__init__(app=app, url=url, **kwargs)
         options = self.app.conf.get("result_backend_transport_options") or {}
         self.runner = make_runner(resolve_target(url), options)
-        self.keys = CeleryKeys.of(self.runner.keys)
+        self._core: RedisBrokerCore | None = None
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         return super().__reduce__(args, {**(kwargs or {}), "url": self.url})
@@ -105,8 +111,15 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         return isinstance(exc, (OperationalError, redis.ConnectionError, redis.TimeoutError))
 
     # -- key/value primitives ----------------------------------------------------------
+    @property
+    def core(self) -> RedisBrokerCore:
+        """Return the SimpleBroker connection that writes a chord's staged messages."""
+        if self._core is None:
+            self._core = RedisBrokerCore(self.runner)
+        return self._core
+
     def _key(self, key: str | bytes) -> str:
-        return self.keys.result(bytes_to_str(key))
+        return self.runner.keys.celery_entry(bytes_to_str(key))
 
     def get(self, key: str | bytes) -> Any:
         """Return the stored value of ``key``, or None."""
@@ -123,24 +136,42 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
     def set(self, key: str | bytes, value: str | bytes) -> None:
         """Store ``value`` (expires after ``result_expires``); a task's result wakes waiters."""
-        name, text = self._key(key), encode_value(value)
-        expires = int(self.expires) if self.expires else None
-        raw = bytes_to_str(key)
+        self._store(key, value, guard=False)
+
+    def _store(self, key: str | bytes, value: str | bytes, *, guard: bool) -> int:
+        name = bytes_to_str(key)
         prefix = bytes_to_str(self.task_keyprefix)
-        channel = (
-            self.runner.keys.wake_channel(wake_name(raw[len(prefix) :]))
-            if raw.startswith(prefix)
-            else None
+        wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
+        expires_ms = int(self.expires) * 1000 if self.expires else None
+        call = calls.celery_store(
+            self.runner.keys, name, encode_value(value), expires_ms, wake, guard=guard
         )
+        return self.runner.run(call)
 
-        def store(client: redis.Redis) -> None:
-            pipe = client.pipeline(transaction=True)
-            pipe.set(name, text, ex=expires)
-            if channel is not None:
-                pipe.publish(channel, "1")
-            pipe.execute()
+    def _store_result(
+        self,
+        task_id: str,
+        result: Any,
+        state: str,
+        traceback: Any = None,
+        request: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Store a task's state and result, unless it already succeeded: one script.
 
-        self.runner.execute(store)
+        Celery's key-value backends read the stored state first (a task that
+        ran twice must not overwrite SUCCESS), then write; here the script
+        does both atomically, and wakes the result's waiters.
+        """
+        meta = self._get_result_meta(
+            result=result, state=state, traceback=traceback, request=request
+        )
+        meta["task_id"] = bytes_to_str(task_id)
+        key, value = self.get_key_for_task(task_id), self.encode(meta)
+        if self._store(key, value, guard=True) < 0:  # not JSON: Celery's own check
+            if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
+                self._store(key, value, guard=False)
+        return result
 
     def delete(self, key: str | bytes) -> None:
         """Delete ``key``."""
@@ -281,26 +312,85 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             if deps is None:
                 return
             size = len(deps)
-        chord_key = self.get_key_for_chord(gid)
+        chord = bytes_to_str(self.get_key_for_chord(gid))
         lifetime = self._chord_lifetime()
-        member = f"{request.id}:{getattr(request, 'group_index', None)}"
-        keys = (self._key(chord_key), self._key(self.get_key_for_chord(gid, key=".dispatch")))
-        seen, dispatch = run_script(
-            self.runner, "chord_part", keys, [member, int(size), lifetime * 1000]
+        part = f"{request.id}:{getattr(request, 'group_index', None)}"
+        counted = self.runner.run(
+            calls.celery_chord_part(self.runner.keys, chord, part, int(size), lifetime * 1000)
         )
-        if int(seen) < 0:
+        if counted.done:
             logger.info("chord %s already dispatched; ignoring a repeated header task", gid)
             return
-        if not int(dispatch):
+        if not counted.dispatch:
             self.expire(self.get_key_for_group(gid), lifetime)
             return
-        deps = deps or self._restore(gid, callback)
-        if deps is None:
-            return
-        try:
-            self._dispatch(gid, deps, callback)
-        finally:
-            self._chord_done(keys, lifetime, deps)
+        with staging(self.runner.identity) as stage:
+            try:
+                deps = deps or self._restore(gid, callback)
+                if deps is not None:
+                    self._dispatch(gid, deps, callback)
+            finally:
+                self._commit_dispatch(chord, part, lifetime * 1000, stage.messages)
+        if deps is not None:
+            deps.delete()
+
+    def _commit_dispatch(
+        self, chord: str, part: str, lifetime_ms: int, messages: list[tuple[str, str]]
+    ) -> None:
+        """Write the staged messages and mark the chord done, in one script; retried.
+
+        A retry is safe: an attempt whose reply was lost marked the chord
+        done, so the next one writes nothing (it finds the claim gone).
+        """
+        retries = 0
+        while True:
+            try:
+                committed = self._commit_once(chord, part, lifetime_ms, messages)
+                break
+            except Exception as exc:
+                pause = self._commit_pause(exc, retries)
+                if pause is None:
+                    raise
+                retries += 1
+                logger.warning("chord %s: commit failed (%s); retry in %.1f s", chord, exc, pause)
+                time.sleep(pause)
+        if not committed:
+            logger.warning(
+                "chord %s was marked done already (by another run of header task %s, or by "
+                "an attempt whose reply was lost): nothing sent again",
+                chord,
+                part,
+            )
+
+    def _commit_pause(self, exc: Exception, retries: int) -> float | None:
+        """Return the pause before retrying a chord's commit, or None to give up."""
+        if not self.exception_safe_to_retry(exc):
+            return None
+        if self.always_retry:
+            if retries >= self.max_retries:
+                return None
+            return float(self.max_sleep_between_retries_ms) / 1000 * min(1.0, 2.0**retries / 64)
+        if retries >= DISPATCH_RETRIES:
+            return None
+        return min(0.2 * 2.0**retries, 2.0)
+
+    def _commit_once(
+        self, chord: str, part: str, lifetime_ms: int, messages: list[tuple[str, str]]
+    ) -> bool:
+        keys = self.runner.keys
+        if messages:
+            outcome = self.core.run_allocating(
+                len(messages),
+                lambda candidates: calls.celery_chord_dispatch(
+                    keys, chord, part, lifetime_ms, messages, candidates[0]
+                ),
+                lambda dispatch: dispatch.ids,
+            )
+        else:
+            outcome = self.runner.run(
+                calls.celery_chord_dispatch(keys, chord, part, lifetime_ms, (), None)
+            )
+        return outcome.committed
 
     def _restore(self, gid: str, callback: Any) -> Any:
         try:
@@ -329,15 +419,3 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         except Exception as exc:  # noqa: BLE001 - reported as the chord's error
             logger.exception("chord %r: sending its body failed", gid)
             self.chord_error_from_stack(callback, ChordError(f"Callback error: {exc!r}"))
-
-    def _chord_done(self, keys: tuple[str, str], lifetime: int, deps: Any) -> None:
-        parts, claim = keys
-
-        def finish(client: redis.Redis) -> None:
-            pipe = client.pipeline(transaction=True)
-            pipe.set(claim, "done", ex=lifetime)
-            pipe.delete(parts)
-            pipe.execute()
-
-        self.runner.execute(finish)
-        deps.delete()

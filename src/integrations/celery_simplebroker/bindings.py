@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
-import redis
+from simplebroker_redis import RedisRunner, calls
 
-from simplebroker_redis import RedisRunner
-
-from .keys import BINDING_SEPARATOR, CeleryKeys
-from .scripts import run_script
+#: Separates exchange, routing key and queue in a binding's name.
+BINDING_SEPARATOR: Final[str] = "\x1f"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,46 +48,27 @@ def _parse(name: str, value: str) -> Binding:
 
 
 class Bindings:
-    """The namespace's exchange tables (one round trip per operation)."""
+    """The namespace's exchange tables (one script, one round trip, per operation)."""
 
     def __init__(self, runner: RedisRunner) -> None:
         self._runner = runner
-        self._keys = CeleryKeys.of(runner.keys)
 
     def bind(self, bindings: Iterable[Binding]) -> None:
         """Record ``bindings`` and (re)start the lifetime of the expiring ones."""
-        args: list[object] = []
-        for binding in bindings:
-            value = json.dumps({"p": binding.pattern})
-            args += [binding.name, value, round(binding.lifetime * 1000)]
-        if args:
-            keys = (self._keys.bindings, self._keys.binding_deadlines)
-            run_script(self._runner, "bind", keys, args)
+        records = [
+            calls.BindingRecord(b.name, json.dumps({"p": b.pattern}), round(b.lifetime * 1000))
+            for b in bindings
+        ]
+        if records:
+            self._runner.run(calls.celery_bind(self._runner.keys, records))
 
     def table(self, exchange: str) -> tuple[list[Binding], list[Binding]]:
         """Return the live bindings of ``exchange``, and the expired ones just removed."""
-        keys = (self._keys.bindings, self._keys.binding_deadlines)
-        raw = run_script(self._runner, "exchange_table", keys, [exchange])
-        count = int(raw[0])
-        live = [_parse(raw[i], raw[i + 1]) for i in range(1, 2 * count + 1, 2)]
-        removed = [_parse(name, "{}") for name in raw[2 * count + 1 :]]
+        table = self._runner.run(calls.celery_exchange_table(self._runner.keys, exchange))
+        live = [_parse(name, value) for name, value in table.live]
+        removed = [_parse(name, "{}") for name in table.removed]
         return live, removed
 
-    def unbind_queue(self, queue: str) -> None:
-        """Remove every binding of the Celery queue ``queue`` (two round trips)."""
-        keys = self._keys
-        suffix = BINDING_SEPARATOR + queue
-
-        def remove(client: redis.Redis) -> None:
-            names = [
-                name
-                for name in map(str, client.hkeys(keys.bindings))
-                if name.endswith(suffix) and name.split(BINDING_SEPARATOR, 2)[-1] == queue
-            ]
-            if names:
-                pipe = client.pipeline(transaction=True)
-                pipe.hdel(keys.bindings, *names)
-                pipe.zrem(keys.binding_deadlines, *names)
-                pipe.execute()
-
-        self._runner.execute(remove)
+    def unbind_queue(self, queue: str) -> int:
+        """Remove every binding of the Celery queue ``queue``; return how many."""
+        return self._runner.run(calls.celery_unbind(self._runner.keys, queue))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kombu.transport import virtual
 
-from simplebroker_redis import LeasedMessage
+from simplebroker_redis import LeasedMessage, calls
 
 from .bindings import Binding
 from .options import storage_queue
@@ -133,8 +133,12 @@ class Channel(virtual.Channel):
 
     # -- publishing --------------------------------------------------------------
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Write the message to the queue (one round trip; wakes idle consumers)."""
-        self.transport.core.write(storage_queue(queue), self._envelope(message))
+        """Write the message to the queue (one round trip; wakes idle consumers).
+
+        During a chord's dispatch the message is staged instead, and written
+        together with the chord's ``done`` mark (see :mod:`.staging`).
+        """
+        self.transport.write(storage_queue(queue), self._envelope(message))
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -182,8 +186,9 @@ class Channel(virtual.Channel):
         return self.transport.purge(storage_queue(queue))
 
     def _size(self, queue: str) -> int:
-        """Return the queue's pending messages (SimpleBroker counts held ones too)."""
-        return int(self.transport.core.get_queue_stat(storage_queue(queue)).pending)
+        """Return the queue's ready messages: pending and held by no worker (one round trip)."""
+        runner = self.transport.runner
+        return runner.run(calls.ready_count(runner.keys, storage_queue(queue)))
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         """Return True: a SimpleBroker queue exists implicitly."""
@@ -229,6 +234,11 @@ class Channel(virtual.Channel):
         return message
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        # A queue found empty stays empty until its wake-up: no round trip for it.
+        if not self._buffers.get(queue) and self.transport.wakeups.known_empty(
+            storage_queue(queue)
+        ):
+            raise Empty()
         if queue in self._noack:
             return self._claim(queue)
         return self._take(queue, limit=None)
@@ -253,15 +263,25 @@ class Channel(virtual.Channel):
             limit = self.transport.options.reserve_batch if room is None else room
             limit -= self.buffered()
         if limit < 1:
-            raise Empty()
-        lease = self.transport.reserve(storage_queue(queue), limit)
+            raise Empty()  # the prefetch window is full, not the queue empty
+        storage, wakeups = storage_queue(queue), self.transport.wakeups
+        generation = wakeups.generation(storage)
+        lease = self.transport.reserve(storage, limit)
+        if len(lease.messages) < limit:  # it took every claimable message
+            wakeups.found_empty(storage, generation)
         if not lease.messages:
             raise Empty()
         buffer.extend((lease.token, message) for message in lease.messages)
 
     def _claim(self, queue: str) -> dict[str, Any]:
+        storage, wakeups = storage_queue(queue), self.transport.wakeups
         while True:
-            payload = self.transport.claim(queue)
+            generation = wakeups.generation(storage)
+            try:
+                payload = self.transport.claim(queue)
+            except Empty:
+                wakeups.found_empty(storage, generation)
+                raise
             if payload is not None:
                 return payload
 

@@ -7,17 +7,17 @@ or with ``broker_transport = "celery_simplebroker.transport:Transport"`` and
 
 kombu's virtual transport polls every queue each ``polling_interval``; this
 one does not. Once a poll finds nothing to deliver, ``drain_events``
-sleeps on the queues' Pub/Sub wake-up channels (every write, release and
-recovery publishes there), on a local event set by acknowledgements and
-prefetch changes (``basic_qos``), or at most ``idle_recheck`` seconds, and
-polls again only then.
+sleeps until a queue's Pub/Sub wake-up (every write, release and recovery
+publishes one), a nudge from an acknowledgement or a prefetch change
+(``basic_qos``), or at most ``idle_recheck`` seconds, and polls again only
+then; a queue a poll found empty is skipped until its wake-up (see
+:mod:`.wakeups`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from queue import Empty
@@ -25,15 +25,18 @@ from typing import Any, Final, cast
 
 import redis
 from kombu.transport import virtual
+from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
-from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
+from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
 from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
 from .heartbeat import Heartbeat, Holdings
 from .options import TransportOptions, make_runner, resolve_target, storage_queue
+from .staging import stage_for
+from .wakeups import Wakeups
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -66,15 +69,14 @@ class Transport(virtual.Transport):
         self.options = TransportOptions.parse(raw_options)
         self.runner = make_runner(resolve_target(client.hostname), raw_options)
         self.bindings = Bindings(self.runner)
+        self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self.holdings = Holdings()
         self._core: RedisBrokerCore | None = None
         self._leases: Leases | None = None
         self._queue_ttls: dict[str, float] = {}
         self._queue_lifetimes: dict[str, float] = {}
         self._expiring: dict[str, Binding] = {}
-        self._nudge = threading.Event()
-        self._waiter: QueueActivityWaiter | None = None
-        self._waiter_queues: tuple[str, ...] = ()
+        self.wakeups = Wakeups(self.runner)
         self._must_poll = True
         self._next_recheck = 0.0
         self._heartbeat: Heartbeat | None = None
@@ -93,7 +95,7 @@ class Transport(virtual.Transport):
             if self._heartbeat is not None:
                 self._heartbeat.stop()
                 self._heartbeat = None
-            self._close_waiter()
+            self.wakeups.close()
             self.runner.close()
 
     @property
@@ -175,6 +177,16 @@ class Transport(virtual.Transport):
                 return removed
             removed += leases.ack(lease.token, None, delete=True).settled
 
+    # -- publishing -----------------------------------------------------------------------------
+    def write(self, queue: str, envelope: str) -> None:
+        """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch."""
+        stage = stage_for(self.runner.identity)
+        if stage is None:
+            self.core.write(queue, envelope)
+            return
+        validate_message(envelope, self.max_message_size)
+        stage.messages.append((queue, envelope))
+
     # -- taking messages ----------------------------------------------------------------------
     def reserve(self, queue: str, limit: int) -> Lease:
         """Reserve up to ``limit`` messages of ``queue`` (storage name) for this process."""
@@ -239,9 +251,14 @@ class Transport(virtual.Transport):
 
     # -- settling ----------------------------------------------------------------------------
     def ack(self, token: str, message_id: int) -> None:
-        """Delete one reserved message (one round trip)."""
-        settlement = self.leases.ack(token, [message_id], delete=True)
+        """Delete one reserved message (one round trip).
+
+        The heartbeat stops renewing it first: once the server settled a
+        token's last message the token is gone, and a renewal racing with
+        this call must not find it still held and report it lost.
+        """
         self.holdings.settle(token)
+        settlement = self.leases.ack(token, [message_id], delete=True)
         if settlement.lost:
             logger.warning(
                 "message %d was acknowledged after its lease expired; it may have run twice",
@@ -252,6 +269,7 @@ class Transport(virtual.Transport):
         """Make reserved messages pending again, atomically per reservation."""
         for token, ids in groups.items():
             id_list = list(ids)
+            self.holdings.settle(token, len(id_list))  # before the server drops the token
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
             except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
@@ -260,8 +278,6 @@ class Transport(virtual.Transport):
                     len(id_list),
                     exc,
                 )
-            finally:
-                self.holdings.settle(token, len(id_list))
 
     def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
         """Move a rejected message to the dead-letter queue, or delete it when there is none."""
@@ -271,13 +287,13 @@ class Transport(virtual.Transport):
         if target is None:
             self.ack(token, message_id)
             return
+        self.holdings.settle(token)  # before the server drops the token
         self.leases.reject(token, [message_id], target)
-        self.holdings.settle(token)
 
     # -- waiting -------------------------------------------------------------------------------
     def nudge(self) -> None:
         """Tell a waiting ``drain_events`` that room or consumers changed (any thread)."""
-        self._nudge.set()
+        self.wakeups.nudge()
 
     def consumers_changed(self, *, consuming: bool) -> None:
         """Poll again on the next drain; the heartbeat runs while consuming or holding.
@@ -295,7 +311,7 @@ class Transport(virtual.Transport):
         """Deliver one message, waiting on wake-ups rather than polling."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            waiter = self._current_waiter()  # subscribed before polling: no wake-up is missed
+            self._watch()  # subscribed before polling: no wake-up is missed
             if self._should_poll():
                 self._must_poll = False
                 try:
@@ -311,43 +327,22 @@ class Transport(virtual.Transport):
                 if deadline <= now:
                     raise TimeoutError()
                 wait = min(wait, deadline - now)
-            self._wait(waiter, max(0.0, wait))
+            if self.wakeups.wait(max(0.0, wait), wakeups=not self._prefetch_full()):
+                self._must_poll = True
 
     def _should_poll(self) -> bool:
-        if self._must_poll or time.monotonic() >= self._next_recheck:
+        now = time.monotonic()
+        if now >= self._next_recheck:
+            # Wake-ups are hints: every idle_recheck, busy or not, ask the server again.
+            self.wakeups.forget_empty()
+            self._next_recheck = now + self.options.idle_recheck
             return True
-        return any(channel.buffered() for channel in self.channels)
-
-    def _wait(self, waiter: QueueActivityWaiter | None, seconds: float) -> None:
-        nudge = self._nudge
-        if not nudge.is_set():
-            if waiter is None or self._prefetch_full():
-                nudge.wait(seconds)
-            elif waiter.wait(seconds):
-                self._must_poll = True
-        if nudge.is_set():
-            nudge.clear()
-            self._must_poll = True
+        return self._must_poll or any(channel.buffered() for channel in self.channels)
 
     def _prefetch_full(self) -> bool:
         consuming = [channel for channel in self.channels if channel._consumers]
         return bool(consuming) and not any(channel.qos.can_consume() for channel in consuming)
 
-    def _current_waiter(self) -> QueueActivityWaiter | None:
-        queues = tuple(sorted({storage_queue(queue) for queue in self._consumed()}))
-        if queues != self._waiter_queues:
-            self._close_waiter()
-            if queues:
-                # The nudge is the waiter's stop event: acknowledgements end its wait.
-                self._waiter = open_waiter(self.runner, queues, self._nudge)
-            self._waiter_queues = queues
+    def _watch(self) -> None:
+        if self.wakeups.watch(storage_queue(queue) for queue in self._consumed()):
             self._must_poll = True
-        return self._waiter
-
-    def _close_waiter(self) -> None:
-        waiter, self._waiter, self._waiter_queues = self._waiter, None, ()
-        if waiter is not None:
-            try:
-                waiter.close()
-            except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
-                logger.debug("closing the wake-up waiter failed: %s", exc)

@@ -68,6 +68,27 @@ class MessagesMixin(CoreBase):
                 if delay and self._stop_event.wait(delay):
                     raise backoff.stopped(conflict) from conflict
 
+    def run_allocating(
+        self,
+        count: int,
+        build: Callable[[list[int]], Call[R]],
+        committed: Callable[[R], Sequence[int]],
+    ) -> R:
+        """Run an integration's own script that writes ``count`` new messages.
+
+        ``build(candidates)`` returns the call; the candidates come from this
+        core's clock and ID conflicts are retried exactly as for :meth:`write`.
+        ``committed(reply)`` returns the IDs the script wrote (possibly none),
+        which the clock and automatic maintenance then account for.
+        """
+        self._guard("write")
+        reply = self._allocate(count, build)
+        ids = committed(reply)
+        if ids:
+            self._clock.observe(max(ids))
+            self._record_activity(len(ids))
+        return reply
+
     def get_conflict_metrics(self) -> dict[str, int]:
         """Return how often ID allocation met a conflict, and high-water repairs."""
         return {

@@ -1,0 +1,136 @@
+"""Wake-ups of the queues a transport consumes: which are known empty, and sleeping.
+
+Every script that makes a message pending publishes on its queue's wake
+channel, so a queue that a poll found empty stays empty until its channel
+says otherwise. :class:`Wakeups` subscribes to each consumed queue's channel
+(through the process's one Pub/Sub listener, before the first poll), and:
+
+- remembers the queues a poll found empty, so ``drain_events`` does not
+  spend a round trip on them (Celery's pidbox queue, polled in turn with
+  the task queue, was one wasted round trip per task). A per-queue
+  generation, read before the poll's round trip, keeps a wake-up that
+  arrives during it from being overwritten by "empty";
+- lets the consumer sleep until a wake-up, a nudge (an acknowledgement made
+  room in the prefetch window, consumers changed) or a timeout, with no
+  polling slices.
+
+Wake-ups are hints: the transport forgets every "empty" mark at each idle
+recheck, and the listener wakes every queue after it reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+
+from simplebroker_redis import RedisRunner
+from simplebroker_redis.activity import listener_for
+
+logger = logging.getLogger("celery_simplebroker")
+
+
+class Wakeups:
+    """Per-queue wake-up subscriptions of one transport, and its sleep."""
+
+    def __init__(self, runner: RedisRunner) -> None:
+        self._runner = runner
+        self._cond = threading.Condition()
+        self._woken = False
+        self._nudged = False
+        self._generation: dict[str, int] = {}
+        self._empty: set[str] = set()
+        self._callbacks: dict[str, Callable[[], None]] = {}
+        self._pid = os.getpid()
+
+    # -- subscriptions (the consumer thread) -------------------------------------------------
+    def watch(self, queues: Iterable[str]) -> bool:
+        """Subscribe to exactly ``queues`` (storage names); return True when that changed.
+
+        Returns once the server confirmed the new subscriptions, so a message
+        written after this call is never missed.
+        """
+        if self._pid != os.getpid():  # a forked child: the parent's listener is not ours
+            self._pid = os.getpid()
+            self._callbacks.clear()
+        wanted = set(queues)
+        if wanted == set(self._callbacks):
+            return False
+        listener = listener_for(self._runner)
+        for queue in set(self._callbacks) - wanted:
+            self._unregister(queue)
+        for queue in sorted(wanted - set(self._callbacks)):
+            callback = self._callbacks[queue] = self._callback(queue)
+            listener.register([self._runner.keys.wake_channel(queue)], callback)
+        return True
+
+    def close(self) -> None:
+        """Drop every subscription (best effort: the listener outlives failures)."""
+        for queue in list(self._callbacks):
+            self._unregister(queue)
+
+    def _unregister(self, queue: str) -> None:
+        callback = self._callbacks.pop(queue)
+        with self._cond:
+            self._empty.discard(queue)
+        try:
+            listener_for(self._runner).unregister(self._runner.keys.wake_channel(queue), callback)
+        except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
+            logger.debug("unsubscribing the wake-ups of %s failed: %s", queue, exc)
+
+    def _callback(self, queue: str) -> Callable[[], None]:
+        def woken() -> None:  # the listener thread
+            with self._cond:
+                self._generation[queue] = self._generation.get(queue, 0) + 1
+                self._empty.discard(queue)
+                self._woken = True
+                self._cond.notify_all()
+
+        return woken
+
+    # -- what polls found ---------------------------------------------------------------------
+    def generation(self, queue: str) -> int:
+        """Return ``queue``'s wake-up count; read it before a poll's round trip."""
+        with self._cond:
+            return self._generation.get(queue, 0)
+
+    def found_empty(self, queue: str, generation: int) -> None:
+        """Record that a poll begun at ``generation`` found ``queue`` empty."""
+        with self._cond:
+            if queue in self._callbacks and self._generation.get(queue, 0) == generation:
+                self._empty.add(queue)
+
+    def known_empty(self, queue: str) -> bool:
+        """Return True when ``queue`` was found empty and no wake-up came since."""
+        with self._cond:
+            return queue in self._empty
+
+    def forget_empty(self) -> None:
+        """Poll every queue again (the idle recheck: wake-ups are hints)."""
+        with self._cond:
+            self._empty.clear()
+
+    # -- sleeping -----------------------------------------------------------------------------
+    def nudge(self) -> None:
+        """End a sleep: room in the prefetch window, or consumers changed (any thread)."""
+        with self._cond:
+            self._nudged = True
+            self._cond.notify_all()
+
+    def wait(self, seconds: float, *, wakeups: bool) -> bool:
+        """Sleep until nudged, woken (when ``wakeups``), or ``seconds``; True unless timed out.
+
+        With ``wakeups`` False (the prefetch window is full) a wake-up does
+        not end the sleep, but is kept for the next one.
+        """
+        with self._cond:
+
+            def ready() -> bool:
+                return self._nudged or (wakeups and self._woken)
+
+            happened = self._cond.wait_for(ready, seconds)
+            self._nudged = False
+            if wakeups:
+                self._woken = False
+            return happened

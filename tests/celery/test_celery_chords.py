@@ -1,0 +1,135 @@
+"""A chord's body is written together with the chord's ``done`` mark, or not at all.
+
+The header task that completes a chord dispatches the body; its publishes
+are staged and committed with the mark by one script
+(``celery_chord_dispatch.lua``). These tests stop a dispatch at the worst
+moments, in-process (the body already "sent" to the stage, the commit not
+run; the commit run but its reply lost), and check the queue: the body is
+there exactly once after the header task runs again, however often.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from celery import states
+from celery.result import AsyncResult, GroupResult
+
+from simplebroker_redis import RedisBrokerCore, RedisRunner
+
+
+class Died(BaseException):
+    """The worker process ends here (nothing after this line of the dispatch runs)."""
+
+
+@pytest.fixture
+def core(redis_url: str, namespace: str):
+    runner = RedisRunner(redis_url, namespace=namespace)
+    yield RedisBrokerCore(runner)
+    runner.shutdown()
+
+
+def make_chord(app: Any, size: int, failed: int | None = None) -> tuple[list[Any], str]:
+    """Store a finished header of ``size`` tasks (part ``failed`` raised).
+
+    Return each part's request and the chord's key name.
+    """
+    backend = app.backend
+    gid = f"g-{id(app)}"
+    ids = [f"{gid}-part{i}" for i in range(size)]
+    GroupResult(gid, [AsyncResult(task_id, app=app) for task_id in ids]).save(backend=backend)
+    body = app.signature("collect", queue="bodies")
+    body.freeze()
+    requests = []
+    for index, task_id in enumerate(ids):
+        if index == failed:
+            backend.store_result(task_id, ValueError("boom"), states.FAILURE)
+        else:
+            backend.store_result(task_id, f"k{index}", states.SUCCESS)
+        requests.append(
+            SimpleNamespace(
+                id=task_id, group=gid, group_index=index, chord=dict(body, chord_size=size)
+            )
+        )
+    return requests, backend.get_key_for_chord(gid).decode()
+
+
+def bodies(core: RedisBrokerCore) -> list[list[Any]]:
+    """The args of every chord body waiting in the ``bodies`` queue."""
+    return [
+        json.loads(json.loads(row)["body"])[0]
+        for row in core.peek_many("bodies", 100, with_timestamps=False)
+    ]
+
+
+def finish(app: Any, request: Any) -> None:
+    app.backend.on_chord_part_return(request, states.SUCCESS, None)
+
+
+def test_a_dispatch_cut_before_its_commit_sent_nothing_and_runs_again(
+    app, core, raw: redis.Redis, monkeypatch
+):
+    requests, chord = make_chord(app, 3)
+    finish(app, requests[0])
+    finish(app, requests[1])
+    backend = type(app.backend)
+    commit = backend._commit_once
+
+    def die(self: Any, *args: Any) -> bool:
+        raise Died()
+
+    monkeypatch.setattr(backend, "_commit_once", die)
+    with pytest.raises(Died):
+        finish(app, requests[2])  # joined the header, "sent" the body: staged only
+    assert bodies(core) == []
+    parts, claim = core.runner.keys.celery_chord(chord)
+    assert raw.get(claim) == f"{requests[2].id}:2"  # the right to dispatch is still its own
+    assert raw.scard(parts) == 3
+    monkeypatch.setattr(backend, "_commit_once", commit)
+    finish(app, requests[0])  # another part again: not the dispatcher
+    assert bodies(core) == []
+    finish(app, requests[2])  # the header task redelivered: dispatches now
+    assert bodies(core) == [[["k0", "k1", "k2"]]]
+    assert raw.get(claim) == "done" and raw.exists(parts) == 0
+    for request in requests:  # late duplicates of every part
+        finish(app, request)
+    assert bodies(core) == [[["k0", "k1", "k2"]]]
+
+
+def test_a_commit_whose_reply_was_lost_is_retried_without_a_second_body(
+    app, core, raw: redis.Redis, monkeypatch, caplog
+):
+    requests, chord = make_chord(app, 2)
+    finish(app, requests[0])
+    backend = type(app.backend)
+    commit = backend._commit_once
+    calls: list[bool] = []
+
+    def lose_reply(self: Any, *args: Any) -> bool:
+        calls.append(commit(self, *args))
+        if len(calls) == 1:
+            raise redis.ConnectionError("connection lost after the script ran")
+        return calls[-1]
+
+    monkeypatch.setattr(backend, "_commit_once", lose_reply)
+    finish(app, requests[1])
+    assert calls == [True, False]  # the retry found the chord done and wrote nothing
+    assert bodies(core) == [[["k0", "k1"]]]
+    assert "marked done already" in caplog.text
+
+
+def test_error_callbacks_of_a_failed_chord_are_committed_with_the_mark(app, core, raw):
+    requests, chord = make_chord(app, 2, failed=1)
+    errback = app.signature("on_chord_error", queue="bodies")  # sent as a task message
+    requests[0].chord["options"]["link_error"] = [dict(errback)]  # shared by every part
+    finish(app, requests[0])
+    finish(app, requests[1])  # the header failed: errbacks instead of the body
+    finish(app, requests[1])
+    _, claim = core.runner.keys.celery_chord(chord)
+    assert raw.get(claim) == "done"
+    rows = core.peek_many("bodies", 100, with_timestamps=False)
+    assert [json.loads(row)["headers"]["task"] for row in rows] == ["on_chord_error"]
