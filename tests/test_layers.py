@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "aio.leases": 3,
     "aio.activity": 3,
     "aio.writes": 3,
+    "heartbeat": 3,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,

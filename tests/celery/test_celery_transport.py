@@ -246,7 +246,7 @@ def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, 
 
     def ack_then_renew(*args: Any, **kwargs: Any) -> Any:
         settled = ack(*args, **kwargs)  # the server dropped the token
-        heartbeat._renew()  # the heartbeat thread's turn, before ack() returns
+        heartbeat._renew(leases)  # the heartbeat thread's turn, before ack() returns
         return settled
 
     leases.ack = ack_then_renew

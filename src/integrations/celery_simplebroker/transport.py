@@ -29,11 +29,11 @@ from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
 from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
-from .heartbeat import Heartbeat, Holdings
 from .options import TransportOptions, make_runner, resolve_target, storage_queue
 from .staging import stage_for
 from .wakeups import Wakeups
@@ -79,7 +79,7 @@ class Transport(virtual.Transport):
         self.wakeups = Wakeups(self.runner)
         self._must_poll = True
         self._next_recheck = 0.0
-        self._heartbeat: Heartbeat | None = None
+        self._heartbeat: LeaseHeartbeat | None = None
 
     # -- connection lifecycle --------------------------------------------------------
     def establish_connection(self) -> Any:
@@ -115,13 +115,16 @@ class Transport(virtual.Transport):
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None:
             options = self.options
-            self._heartbeat = Heartbeat(
-                self.leases,
+            self._heartbeat = LeaseHeartbeat(
+                self.runner,
                 self.holdings,
                 lease_seconds=options.lease_seconds,
                 interval=options.heartbeat_interval,
                 recover_interval=options.recover_interval,
-                refresh=self._refresh_bindings,
+                on_lost=_lost,
+                on_beat=self._refresh_bindings,
+                logger=logger,
+                name="celery-simplebroker-heartbeat",
             )
         self._heartbeat.start()
 
@@ -346,3 +349,10 @@ class Transport(virtual.Transport):
     def _watch(self) -> None:
         if self.wakeups.watch(storage_queue(queue) for queue in self._consumed()):
             self._must_poll = True
+
+
+def _lost(tokens: set[str]) -> None:
+    # Called from the heartbeat thread.
+    logger.warning(
+        "%d reservation(s) expired before renewal; their messages may run again", len(tokens)
+    )

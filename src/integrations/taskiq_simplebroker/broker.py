@@ -2,7 +2,7 @@
 
 A kicked task is one SimpleBroker message in the namespace (one round trip),
 so ``broker peek <queue>`` shows it. Workers reserve tasks with renewable
-leases (at-least-once delivery), see :mod:`.listener`, :mod:`.heartbeat`
+leases (at-least-once delivery), see :mod:`.listener`, :mod:`simplebroker_redis.heartbeat`
 and :mod:`.runtime` for how they are delivered, kept alive, recovered and
 acknowledged.
 """

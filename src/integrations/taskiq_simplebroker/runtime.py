@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 
 from .commit import Committer, ResultWrite
 from .deadletters import DeadLetterEntry, DeadLetterWatch
-from .heartbeat import Heartbeat
-from .holdings import Holdings
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -127,13 +126,15 @@ class Runtime:
         self.committer = Committer(runner, on_written=self._written, busy=self.holdings.busy)
         # The heartbeat reuses the runner's synchronous twin: its pool is
         # separate from the asyncio pool, so it gets its own connection.
-        self.heartbeat = Heartbeat(
+        self.heartbeat = LeaseHeartbeat(
             runner.sync,
             self.holdings,
             lease_seconds=lease_seconds,
             interval=heartbeat_interval,
             recover_interval=recover_interval,
             on_lost=self._lost,
+            logger=logger,
+            name="taskiq-simplebroker-heartbeat",
         )
         self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
             weakref.WeakKeyDictionary()
