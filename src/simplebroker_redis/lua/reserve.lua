@@ -41,26 +41,9 @@ local counts = delivery_counts(ids)
 check_keys({K_OWNERS, K_TOKEN_IDS, K_LEASES})
 
 -- The first write: a wrong-typed reserved set fails here, before anything changed.
-zadd_all(K_RESERVED, members)
-zrem_all(K_PENDING, members)
-local owners, links, delivered = {}, {}, {}
-for i, id in ipairs(ids) do
-  owners[#owners + 1] = id
-  owners[#owners + 1] = token
-  delivered[#delivered + 1] = id
-  delivered[#delivered + 1] = counts[i] + 1
-  links[i] = token .. ' ' .. id
-  head[#head + 1] = id
-  head[#head + 1] = bodies[i]
-  head[#head + 1] = counts[i] + 1
-end
-hset_all(K_OWNERS, owners)
-hset_all(K_DELIVERIES, delivered)
-zadd_all(K_TOKEN_IDS, links)
-redis.call('HSET', K_TOKENS, token, cjson.encode({
+reserve_members(token, {
   q = queue, t = ARGV[6], c = head[1], d = head[2], l = ARGV[5],
   m = ARGV[10], x = ARGV[11],
-}))
-if deadline >= 0 then redis.call('ZADD', K_LEASES, head[2], token) end
+}, members, ids, bodies, counts, head)
 maintain(ARGV[13])
 return head

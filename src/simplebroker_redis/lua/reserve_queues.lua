@@ -54,30 +54,12 @@ end
 check_keys({K_RESERVED, K_OWNERS, K_TOKEN_IDS, K_LEASES})
 
 for _, pick in ipairs(picked) do
-  local token, ids, counts = pick.token, pick.ids, pick.counts
-  zadd_all(K_RESERVED, pick.members)
-  zrem_all(K_PENDING, pick.members)
-  local owners, links, delivered = {}, {}, {}
-  head[#head + 1] = token
+  head[#head + 1] = pick.token
   head[#head + 1] = pick.queue
-  head[#head + 1] = #ids
-  for i, id in ipairs(ids) do
-    owners[#owners + 1] = id
-    owners[#owners + 1] = token
-    delivered[#delivered + 1] = id
-    delivered[#delivered + 1] = counts[i] + 1
-    links[i] = token .. ' ' .. id
-    head[#head + 1] = id
-    head[#head + 1] = pick.bodies[i]
-    head[#head + 1] = counts[i] + 1
-  end
-  hset_all(K_OWNERS, owners)
-  hset_all(K_DELIVERIES, delivered)
-  zadd_all(K_TOKEN_IDS, links)
-  redis.call('HSET', K_TOKENS, token, cjson.encode({
+  head[#head + 1] = #pick.ids
+  reserve_members(pick.token, {
     q = pick.queue, t = '', c = head[1], d = head[2], l = ARGV[4],
     m = ARGV[5], x = pick.dead,
-  }))
-  if deadline >= 0 then redis.call('ZADD', K_LEASES, head[2], token) end
+  }, pick.members, pick.ids, pick.bodies, pick.counts, head)
 end
 return head

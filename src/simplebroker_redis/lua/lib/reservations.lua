@@ -70,6 +70,32 @@ local function delivery_counts(ids)
   return counts
 end
 
+-- Reserve `members` (already read: their `ids`, `bodies` and delivery
+-- `counts`, and every key checked) under a new token whose `record` is
+-- {q, t, c, d, l, m, x}: RESERVED, one delivery more each, linked to the
+-- token, and the token's record and lease. Appends id, body, deliveries of
+-- each message to `out`. Writes only; reserved is written first.
+local function reserve_members(token, record, members, ids, bodies, counts, out)
+  zadd_all(K_RESERVED, members)
+  zrem_all(K_PENDING, members)
+  local owners, links, delivered = {}, {}, {}
+  for i, id in ipairs(ids) do
+    owners[2 * i - 1] = id
+    owners[2 * i] = token
+    delivered[2 * i - 1] = id
+    delivered[2 * i] = counts[i] + 1
+    links[i] = token .. ' ' .. id
+    out[#out + 1] = id
+    out[#out + 1] = bodies[i]
+    out[#out + 1] = counts[i] + 1
+  end
+  hset_all(K_OWNERS, owners)
+  hset_all(K_DELIVERIES, delivered)
+  zadd_all(K_TOKEN_IDS, links)
+  redis.call('HSET', K_TOKENS, token, cjson.encode(record))
+  if tonumber(record.d) >= 0 then redis.call('ZADD', K_LEASES, record.d, token) end
+end
+
 -- Raise ARG unless `mode` is a settlement mode.
 local function check_mode(mode)
   if mode ~= 'claim' and mode ~= 'delete' and mode ~= 'move' then
