@@ -405,4 +405,3 @@ class AsyncRoute:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose(close_connection_pool=True)
-

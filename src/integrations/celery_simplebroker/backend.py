@@ -137,7 +137,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             pipe = client.pipeline(transaction=True)
             pipe.set(name, text, ex=expires)
             if channel is not None:
-                pipe.publish(channel, "1")
+                pipe.spublish(channel, "1")  # wake-ups are sharded Pub/Sub (activity.py)
             pipe.execute()
 
         self.runner.execute(store)
