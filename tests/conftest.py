@@ -1,18 +1,45 @@
-"""Test fixtures: a real server started by the suite, one namespace per test."""
+"""Test fixtures: a real server started by the suite, one namespace per test.
+
+A test module that sets ``TOPOLOGIES = ("single", "cluster", "sentinel")``
+runs each of its tests on every topology named: ``redis_url`` (and every
+fixture built on it) is then a single server, a 3-primary Redis Cluster with
+one replica each, or a Sentinel group (one primary, one replica, three
+sentinels). The cluster and the group start on first use and live for the
+session; tests must not break them (the topology suite has its own).
+"""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
 
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.devserver import DevServer
+from simplebroker_redis.devserver import DevCluster, DevSentinelGroup, DevServer
+
+#: Topologies a module runs on unless it sets ``TOPOLOGIES``.
+DEFAULT_TOPOLOGIES = ("single",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run the tests of a module that sets ``TOPOLOGIES`` on each topology it names."""
+    topologies = getattr(metafunc.module, "TOPOLOGIES", DEFAULT_TOPOLOGIES)
+    if "topology" in metafunc.fixturenames and tuple(topologies) != DEFAULT_TOPOLOGIES:
+        metafunc.parametrize("topology", topologies, scope="session")
+
+
+@pytest.fixture(scope="session")
+def topology() -> str:
+    """The topology ``redis_url`` points at (see the module docstring)."""
+    return "single"
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +52,45 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(server: DevServer) -> str:
-    return server.url
+def shared_cluster() -> Iterator[DevCluster]:
+    """A 3-primary cluster with one replica each, shared by topology-parametrized tests."""
+    with DevCluster(primaries=3, replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def shared_sentinel() -> Iterator[DevSentinelGroup]:
+    """One primary, one replica, three sentinels (data nodes password-protected)."""
+    with DevSentinelGroup(replicas=1, password="shared-pw") as group:
+        yield group
+
+
+@pytest.fixture(scope="session")
+def redis_url(topology: str, request: pytest.FixtureRequest) -> str:
+    if topology == "cluster":
+        return str(request.getfixturevalue("shared_cluster").url)
+    if topology == "sentinel":
+        return str(request.getfixturevalue("shared_sentinel").url)
+    return str(request.getfixturevalue("server").url)
 
 
 @pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client for inspecting stored state."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def raw(redis_url: str, topology: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A plain client for inspecting stored state (the primary, or a cluster client)."""
+    client: Any
+    if topology == "cluster":
+        nodes = [
+            ClusterNode("127.0.0.1", n.port)
+            for n in request.getfixturevalue("shared_cluster").nodes
+        ]
+        client = RedisCluster(startup_nodes=nodes, decode_responses=True)
+    elif topology == "sentinel":
+        group = request.getfixturevalue("shared_sentinel")
+        client = Sentinel(group.sentinel_addresses).master_for(
+            group.service, password=group.password, decode_responses=True
+        )
+    else:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
 

@@ -246,6 +246,7 @@ class Connections:
                         "socket_timeout": DISCOVERY_TIMEOUT,
                         "retry": Retry(NoBackoff(), 0),
                         "protocol": 2,
+                        "decode_responses": True,
                         **_NO_SETINFO,
                     }
                 )
