@@ -68,6 +68,10 @@ R = TypeVar("R")
 _POOL_EXHAUSTED = "No connection available."
 _FUNCTION_MISSING = "Function not found"
 
+#: Scripts never followed by WAIT: reads, and ``init`` (a namespace lost in a
+#: failover is created again by the next call, see :class:`Attempt`).
+_NOT_DURABLE: Final[frozenset[str]] = READ_ONLY | {"init"}
+
 #: First and longest pause between retries of a refused command (seconds).
 REFUSED_PAUSE: Final[tuple[float, float]] = (0.02, 0.5)
 
@@ -173,7 +177,7 @@ class RunnerBase:
         return (
             self.options.durable
             and call.script is not None
-            and call.script not in READ_ONLY
+            and call.script not in _NOT_DURABLE
             and not call.idempotent
         )
 
@@ -223,9 +227,9 @@ class RunnerBase:
             )
         return reply
 
-    def _aof_problem(self, reply: Any) -> OperationalError | None:
-        """Return the error when ``COMMAND INFO WAITAOF`` says the server lacks it."""
-        if isinstance(reply, list) and (not reply or reply[0] is None):
+    def _aof_problem(self, version: tuple[int, ...]) -> OperationalError | None:
+        """Return the error when the server's version has no WAITAOF (before 7.2)."""
+        if version < (7, 2):
             return OperationalError(
                 f"backend option wait_aof needs WAITAOF (Valkey or Redis 7.2+), which the "
                 f"server at {self.where} does not have; nothing was written"
@@ -249,11 +253,16 @@ def load_script(name: ScriptName) -> Call[None]:
     return Call(_loaded, command=lambda client: client.script_load(source))
 
 
-#: Asks whether the server knows WAITAOF (backend option ``wait_aof``).
-WAITAOF_INFO: Final[Call[Any]] = Call(
-    lambda reply: reply,
-    command=lambda client: client.execute_command("COMMAND", "INFO", "WAITAOF"),
-    idempotent=True,
+def _version(info: Any) -> tuple[int, ...]:
+    text = str(info.get("valkey_version") or info.get("redis_version") or "0")
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+#: Asks for the server's version: WAITAOF (``wait_aof``) needs Valkey or Redis 7.2+.
+#: (INFO rather than COMMAND INFO: the ACL line grants it, and redis-py cannot
+#: parse COMMAND INFO of an unknown command.)
+WAITAOF_INFO: Final[Call[tuple[int, ...]]] = Call(
+    _version, command=lambda client: client.info("server"), idempotent=True
 )
 
 
@@ -375,9 +384,11 @@ class Attempt:
             if isinstance(error, NamespaceMissing) and self.call.script != "init":
                 self._remedy = init_call("init") if self._once("init") else None
             elif _FUNCTION_MISSING in str(exc):
-                self._remedy = LOAD_LIBRARY if self._once("load") else None
+                # Once per node: an ASK target may lack it while the source has it.
+                self._remedy = LOAD_LIBRARY if self._once(f"load {self.ask}") else None
             elif isinstance(exc, rx.NoScriptError):
-                self._remedy = load_script(self.call.script) if self._once("load") else None
+                load = self._once(f"load {self.ask}")
+                self._remedy = load_script(self.call.script) if load else None
             if self._remedy is not None:
                 return True
         if (
@@ -512,7 +523,18 @@ class RedisRunner(RunnerBase):
             if attempt.pause:
                 time.sleep(attempt.pause)
             if attempt.remedy is not None:
-                attempt.remedied(self.run(attempt.remedy))
+                if attempt.ask is not None:  # load the scripts where ASK sent the try
+                    attempt.remedied(self._on_node(route.node(attempt.ask), attempt.remedy))
+                else:
+                    attempt.remedied(self.run(attempt.remedy))
+
+    def _on_node(self, client: redis.Redis, call: Call[R]) -> R:
+        """Run the plain-command ``call`` once on ``client`` (a remedy on an ASK target)."""
+        assert call.command is not None
+        try:
+            return call.parse(call.command(client))
+        except redis.RedisError as exc:
+            raise translate(exc, self.where) from exc
 
     def execute(self, operation: Callable[[redis.Redis], R], *, idempotent: bool = False) -> R:
         """Run plain commands ``operation(client)`` under the same failure rule."""

@@ -85,7 +85,15 @@ class AsyncRedisRunner(RunnerBase):
             if attempt.pause:
                 await asyncio.sleep(attempt.pause)
             if attempt.remedy is not None:
-                attempt.remedied(await self.run(attempt.remedy))
+                remedy = attempt.remedy
+                if attempt.ask is not None and remedy.command is not None:
+                    try:  # load the scripts where ASK sent the try
+                        reply = remedy.parse(await remedy.command(route.node(attempt.ask)))
+                    except redis.RedisError as exc:
+                        raise translate(exc, self.where) from exc
+                    attempt.remedied(reply)
+                else:
+                    attempt.remedied(await self.run(remedy))
 
     async def execute(
         self, operation: Callable[[aioredis.Redis], Awaitable[R]], *, idempotent: bool = False
