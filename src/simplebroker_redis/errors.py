@@ -237,9 +237,12 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
         return _operational(f"Redis at {where} is busy: {text}", retryable=True)
     if isinstance(exc, (rx.AskError, rx.TryAgainError, rx.ClusterDownError, rx.ReadOnlyError)):
         # MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY: refused before running.
+        hint = ""
+        if isinstance(exc, rx.AskError) and "+cluster://" not in where:
+            hint = " (the server is a Redis Cluster node: use a redis+cluster:// target)"
         return _operational(
             f"the primary of {where} is moving or down (nothing ran; retry later): "
-            f"{type(exc).__name__}: {text}",
+            f"{type(exc).__name__}: {text}{hint}",
             retryable=True,
         )
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):

@@ -147,3 +147,16 @@ def test_a_valid_cluster_target_is_redacted_everywhere() -> None:
     assert "secret" not in repr(runner) and "secret" not in runner.where
     assert runner.connections.spec.hosts == (("h1", 1), ("h2", 2))
     runner.shutdown()
+
+
+def test_a_plain_url_of_a_cluster_node_says_to_use_a_cluster_target(
+    dev_cluster: DevCluster, ns: str
+) -> None:
+    probe = RedisRunner("redis://127.0.0.1:1/0", namespace=ns)
+    owner = dev_cluster.node_for_key(probe.keys.meta)
+    probe.shutdown()
+    other = next(node for node in dev_cluster.primaries() if node is not owner)
+    runner = RedisRunner(f"redis://127.0.0.1:{other.port}/0", namespace=ns)
+    with pytest.raises(OperationalError, match=r"use a redis\+cluster:// target"):
+        RedisBrokerCore(runner)
+    runner.shutdown()
