@@ -53,15 +53,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="session")
 def shared_cluster() -> Iterator[DevCluster]:
-    """A 3-primary cluster with one replica each, shared by topology-parametrized tests."""
-    with DevCluster(primaries=3, replicas=1) as cluster:
+    """A 3-primary cluster shared by topology-parametrized tests.
+
+    No replicas: on a busy host a slow primary could otherwise be failed over
+    mid-test, and a failover may drop acknowledged writes (that is what the
+    topology suite tests, with its own cluster).
+    """
+    with DevCluster(primaries=3, replicas=0, node_timeout_ms=15000) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="session")
 def shared_sentinel() -> Iterator[DevSentinelGroup]:
-    """One primary, one replica, three sentinels (data nodes password-protected)."""
-    with DevSentinelGroup(replicas=1, password="shared-pw") as group:
+    """One primary, one replica, three sentinels (data nodes password-protected).
+
+    The sentinels wait 15 s before they call the primary down, so a busy host
+    never triggers a failover (and its lost writes) under a contract test.
+    """
+    with DevSentinelGroup(replicas=1, password="shared-pw", down_after_ms=15000) as group:
         yield group
 
 

@@ -14,7 +14,9 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
+import pytest
 from redis.crc import key_slot
 from taskiq.receiver import Receiver
 
@@ -28,6 +30,13 @@ from .load import POOL_TIMEOUT, Claimer, Watcher, Writer, kick_loop
 
 #: Round trips of the slot (there and back).
 ROUND_TRIPS = 3
+
+
+@pytest.fixture(scope="module")
+def dev_cluster() -> Iterator[DevCluster]:
+    """Three primaries, no replicas, a long node timeout: no failover can mix in."""
+    with DevCluster(primaries=3, replicas=0, node_timeout_ms=15000) as cluster:
+        yield cluster
 
 
 async def test_moving_the_slot_and_back_loses_and_duplicates_nothing(
