@@ -33,10 +33,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run the tests of a module that sets ``TOPOLOGIES`` on each topology it names."""
     topologies = getattr(metafunc.module, "TOPOLOGIES", DEFAULT_TOPOLOGIES)
     if "topology" in metafunc.fixturenames and tuple(topologies) != DEFAULT_TOPOLOGIES:
-        metafunc.parametrize("topology", topologies, scope="session")
+        metafunc.parametrize("topology", topologies)
 
 
-@pytest.fixture(scope="session")
+# Function-scoped on purpose: a session-scoped redis_url depending on a
+# parametrized topology was reused across parameters in a full run (the
+# servers behind it are session fixtures, so this costs nothing).
+@pytest.fixture
 def topology() -> str:
     """The topology ``redis_url`` points at (see the module docstring)."""
     return "single"
@@ -74,7 +77,7 @@ def shared_sentinel() -> Iterator[DevSentinelGroup]:
         yield group
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def redis_url(topology: str, request: pytest.FixtureRequest) -> str:
     if topology == "cluster":
         return str(request.getfixturevalue("shared_cluster").url)

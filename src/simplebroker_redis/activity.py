@@ -52,6 +52,11 @@ SYNC_WAIT: Final[float] = 1.0
 #: Longest slice a waiter sleeps before re-checking its stop event.
 STOP_POLL: Final[float] = 0.05
 
+#: Seconds a subscription must last to end an outage. A failover can let a
+#: reconnect succeed to the demoted node, which then drops it again: that is
+#: the same outage (one warning), and the next reconnect backs off.
+STABLE_AFTER: Final[float] = 2.0
+
 Callback = Callable[[], None]
 
 logger = logging.getLogger("simplebroker_redis")
@@ -250,7 +255,7 @@ class WakeupListener:
     def _run(self) -> None:
         backoff = Backoff()
         first = True
-        failing = False
+        failing = restored = False
         while not self._stopping:
             try:
                 self._connect()
@@ -260,19 +265,24 @@ class WakeupListener:
                 self._disconnect()
                 time.sleep(backoff.next())
                 continue
-            if failing:
+            if failing and not restored:
                 logger.info("wake-up subscription at %s restored", self._runner.where)
-                failing = False
+                restored = True
             if not first:
                 self.reconnects += 1
                 self._wake_all()
             first = False
-            backoff.reset()
+            started = time.monotonic()
             try:
                 self._serve()
             except (redis.RedisError, OSError, ValueError) as exc:
+                if time.monotonic() - started >= STABLE_AFTER:
+                    failing = restored = False  # a new outage
+                    backoff.reset()
                 failing = self._lost(exc, failing)
             self._disconnect()
+            if failing and not self._stopping:
+                time.sleep(backoff.next())
 
     def _lost(self, exc: BaseException, failing: bool) -> bool:
         """Re-point the route after a failure; log the first failure of an outage."""
@@ -293,10 +303,16 @@ class WakeupListener:
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
-            readable, _, _ = select.select([sock, self._wake_r], [], [], 1.0)
-            if self._wake_r in readable:
+            # poll, not select: select fails for descriptors >= 1024, which a
+            # busy process (many pools and listeners) reaches.
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(1000)}
+            poked = self._wake_r in ready
+            if poked:
                 os.read(self._wake_r, 4096)
-            if sock in readable or self._wake_r in readable:
+            if poked or sock.fileno() in ready:
                 self._drain()
                 last_io = time.monotonic()
             elif time.monotonic() - last_io > PING_INTERVAL:

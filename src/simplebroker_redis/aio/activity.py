@@ -10,7 +10,7 @@ from typing import Any, Final
 import redis
 import redis.exceptions as rx
 
-from ..activity import SlotMoved
+from ..activity import STABLE_AFTER, SlotMoved
 from ..retry import BACKOFF_MAX, Backoff
 from ..validation import validate_queue_name
 from .runner import AsyncRedisRunner
@@ -92,7 +92,7 @@ class AsyncActivity:
     async def _run(self) -> None:
         clock = asyncio.get_running_loop().time
         backoff = Backoff()
-        failing = False
+        failing = restored = False
         while True:
             client = self._connections.async_subscriber()
             pubsub: Any = client.pubsub()
@@ -102,15 +102,17 @@ class AsyncActivity:
                 subscribed_at = clock()
                 self._subscribed.set()
                 self._event.set()  # a wake-up may have been missed meanwhile
-                if failing:
+                if failing and not restored:
                     logger.info("wake-up subscription at %s restored", self._where)
-                failing = False
+                    restored = True
                 await self._serve(pubsub)
             except Exception as exc:  # noqa: BLE001 - the subscription must outlive any failure
                 if isinstance(exc, rx.MovedError):
                     self._connections.moved((str(exc.host), int(exc.port)))
                 elif self._connections.kind == "cluster":
                     self._connections.moved(None)  # ask the seeds where the slot is now
+                if subscribed_at is not None and clock() - subscribed_at >= STABLE_AFTER:
+                    failing = restored = False  # it lasted: this is a new outage
                 if not failing:
                     kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
                     logger.warning("wake-up subscription at %s %s: %r", self._where, kind, exc)
