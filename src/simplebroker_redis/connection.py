@@ -35,6 +35,7 @@ import asyncio
 import inspect
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -145,6 +146,9 @@ class Connections:
         self._owner: Address | None = None  #: cluster: the slot's primary, once known
         self._owner_lock = threading.Lock()
         self._sentinel: Any = None  #: redis.sentinel.Sentinel (unannotated), per process
+        self._async_sentinels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
         self._sentinel_pid = 0
 
     def __repr__(self) -> str:
@@ -304,9 +308,14 @@ class Connections:
         return aioredis.Redis(connection_pool=pool)
 
     def async_sentinel(self) -> Any:
-        """Return a new asyncio ``Sentinel`` manager (its connections belong to the loop)."""
-        factory: Any = aiosentinel.Sentinel  # unannotated in redis-py
-        return factory(list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs())
+        """Return the running loop's asyncio ``Sentinel`` manager (connections belong to a loop)."""
+        loop = asyncio.get_running_loop()
+        manager = self._async_sentinels.get(loop)
+        if manager is None:
+            factory: Any = aiosentinel.Sentinel  # unannotated in redis-py
+            manager = factory(list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs())
+            self._async_sentinels[loop] = manager
+        return manager
 
     def subscriber(self) -> redis.Redis:
         """Return a client for one dedicated Pub/Sub connection (never pooled commands).
