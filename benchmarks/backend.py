@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 from common import (
     ClientCounter,
     Progress,
@@ -576,10 +577,52 @@ def run_watcher(ctx: Context) -> dict[str, Any]:
             samples[name].append(sample)
             ctx.emit(sample)
             ctx.progress.step(f"watcher / {name} rep {rep + 1}")
-    return {
+    out: dict[str, Any] = {
         name: {k: median(s[k] for s in got) for k in ("p50_ms", "p99_ms", "max_ms")}
         for name, got in samples.items()
     }
+    ctx.progress.note("watcher / idle")
+    out["idle_cmds_per_s"] = idle_watcher_commands(seconds=3.0 if ctx.quick else 5.0)
+    ctx.emit(
+        {
+            "section": "backend",
+            "op": "idle_watcher",
+            "entry": REDIS,
+            "cmds_per_s": out["idle_cmds_per_s"],
+        }
+    )
+    return out
+
+
+def idle_watcher_commands(seconds: float) -> float:
+    """Server commands per second of one idle QueueWatcher, measured as an operator would.
+
+    ``INFO stats`` ``total_commands_processed`` over ``seconds`` on a private
+    server with nothing else connected (commands run inside a script count).
+    """
+    from simplebroker import BrokerTarget, Queue, QueueWatcher
+
+    from simplebroker_redis import redis_backend_plugin
+    from simplebroker_redis.devserver import DevServer
+
+    with DevServer() as server:
+        options = {"namespace": "idle"}
+        redis_backend_plugin.initialize_target(server.url, backend_options=options)
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        queue = Queue("idle", db_path=BrokerTarget("redis", server.url, options))
+        watcher = QueueWatcher(queue, lambda body, _id: None)
+        thread = watcher.run_in_thread()
+        try:
+            time.sleep(1.5)  # the first drain, the subscription, the first empty check
+            before = int(client.info("stats")["total_commands_processed"])
+            time.sleep(seconds)
+            after = int(client.info("stats")["total_commands_processed"])
+        finally:
+            watcher.stop()
+            thread.join(5)
+            queue.close()
+            client.close()
+    return (after - before - 1) / seconds  # minus the second INFO itself
 
 
 # -- reservations (simplebroker_redis.Leases) --------------------------------------------------
@@ -1208,10 +1251,13 @@ def report(summary: dict[str, Any], markdown: bool = False) -> str:
             ]
             for name in ENTRIES
         ]
+        idle = w.get("idle_cmds_per_s")
         parts.append(
             "Watcher write-to-handler latency "
             "(QueueWatcher; raw = Pub/Sub thread + claim script)\n\n"
             + render_table(["backend", "p50 ms", "p99 ms", "max ms"], rows, markdown)
+            + f"\n\nIdle QueueWatcher: {fmt_num(idle)} server commands/s "
+            "(INFO stats total_commands_processed, nothing else connected)"
         )
     if "multiprocess" in summary:
         m = summary["multiprocess"]

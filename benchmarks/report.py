@@ -215,6 +215,130 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
             " / ".join(f"{share:.0%}" for share in shares),
             "unmeasured" if gap is None else ("met" if gap <= limit else "missed"),
         )
+    out.extend(issue13_budgets(summary))
+    return out
+
+
+def issue13_budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the targets of issue 13 (server work per operation), each with its verdict."""
+    out: list[dict[str, Any]] = []
+    back = summary.get("backend", {})
+    ops = back.get("ops", {})
+
+    def add(budget: str, value: float | None, shown: str, verdict: str) -> None:
+        out.append(
+            {
+                "issue": "work/op",
+                "budget": budget,
+                "value": value,
+                "shown": shown,
+                "verdict": verdict,
+            }
+        )
+
+    def med(key: str, entry: str, field: str) -> float | None:
+        value = ops.get(key, {}).get("median", {}).get(entry, {}).get(field)
+        return None if value is None else float(value)
+
+    def vs_raw(key: str, raw_key: str, field: str) -> float | None:
+        ours, raw = med(key, backend.REDIS, field), med(raw_key, backend.RAW, field)
+        return ours / raw if ours is not None and raw else None
+
+    for key, raw_key, field, label, ratio_target, cmd_target in (
+        ("write", "write", "ops_per_s", "write, persistent Queue", 0.85, 8.0),
+        ("claim_one", "claim_one", "ops_per_s", "claim_one", 0.85, 8.0),
+        ("read_many", "read_many", "msgs_per_s", "read_many(100)", 0.6, None),
+        ("alo_batches", "alo_batches", "msgs_per_s", "at-least-once generator (100)", 0.6, None),
+        ("peek_many", "peek_many", "msgs_per_s", "peek_many(100)", 0.85, None),
+    ):
+        ratio = vs_raw(key, raw_key, field)
+        add(
+            f"{label} vs raw >= {ratio_target}x",
+            ratio,
+            f"{fmt_num(ratio)}x",
+            _verdict(ratio, ratio_target, lower_is_better=False),
+        )
+        if cmd_target is not None:
+            cmds = med(key, backend.REDIS, "server_cmds_per_op")
+            add(
+                f"{label}: <= {cmd_target:g} server commands",
+                cmds,
+                f"{fmt_num(cmds)} server cmds/op",
+                _verdict(cmds, cmd_target),
+            )
+    leases = back.get("leases", {})
+    for key, label, target in (
+        ("reserve", "reserve 100", 150.0),
+        ("renew", "renew 100 leases", 110.0),
+        ("commit", "commit 100", 120.0),
+    ):
+        res = leases.get(key)
+        cmds = float(res["median"]["server_cmds_per_op"]) if res else None
+        add(
+            f"{label}: <= {target:g} server commands",
+            cmds,
+            f"{fmt_num(cmds)}",
+            _verdict(cmds, target),
+        )
+    watcher = back.get("watcher", {})
+    idle = watcher.get("idle_cmds_per_s")
+    add(
+        "idle QueueWatcher: <= 1.5 server commands/s",
+        idle,
+        f"{fmt_num(idle)} cmds/s",
+        _verdict(idle, 1.5),
+    )
+    ours = watcher.get(backend.REDIS, {})
+    for pct, target in (("p50", 1.0), ("p99", 2.5)):
+        value = ours.get(f"{pct}_ms")
+        add(
+            f"QueueWatcher write-to-handler {pct} <= {target:g} ms",
+            value,
+            f"{fmt_num(value)} ms",
+            _verdict(value, target),
+        )
+    for key, label in (("default_write", "write"), ("default_claim", "claim_one")):
+        ours_rate, sqlite_rate = (
+            med(key, backend.REDIS, "ops_per_s"),
+            med(key, backend.SQLITE, "ops_per_s"),
+        )
+        ratio = ours_rate / sqlite_rate if ours_rate is not None and sqlite_rate else None
+        rt = ops.get(key, {}).get("counts", {}).get(backend.REDIS, {}).get("rt_per_op")
+        add(
+            f"default Queue {label} vs SQLite >= 1.0x",
+            ratio,
+            f"{fmt_num(ratio)}x ({fmt_num(ours_rate)} vs {fmt_num(sqlite_rate)} ops/s)",
+            _verdict(ratio, 1.0, lower_is_better=False),
+        )
+        add(f"default Queue {label}: 1 round trip", rt, f"{fmt_num(rt)} RT/op", _verdict(rt, 1.0))
+    rows = summary.get("taskiq", {}).get("rows", {})
+    for results, target in ((True, 4.0), (False, 3.0)):
+        suffix = "+results" if results else ""
+        mine, base = rows.get("simplebroker" + suffix), rows.get("redis-streams-pkg" + suffix)
+        ratio = (
+            mine["e2e_per_s"] / base["e2e_per_s"] if mine and base and base["e2e_per_s"] else None
+        )
+        add(
+            f"Taskiq end-to-end vs taskiq-redis-streams (results {'on' if results else 'off'})"
+            f" >= {target:g}x",
+            ratio,
+            f"{fmt_num(ratio)}x",
+            _verdict(ratio, target, lower_is_better=False),
+        )
+    mine = rows.get("simplebroker+results")
+    cpu = (
+        mine["worker_cpu_ms_per_task"]
+        + mine["kick_cpu_ms_per_task"]
+        + mine["e2e_server_cpu_ms_per_task"]
+        if mine
+        else None
+    )
+    add(
+        "Taskiq CPU per task, worker + producer + server (results on) <= 0.2 ms",
+        cpu,
+        f"{fmt_num(cpu)} ms/task",
+        _verdict(cpu, 0.2),
+    )
     return out
 
 

@@ -9,6 +9,7 @@ from simplebroker.ext import DatabaseError, DataError, InvalidConfigError, Opera
 from simplebroker_redis import RedisRunner, get_backend_plugin, redis_backend_plugin
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.options import BackendOptions, redact_target
+from simplebroker_redis.runner import forget_shared_runners
 
 
 def test_entry_point_resolves_with_exact_handshake():
@@ -131,9 +132,74 @@ def test_validate_refuses_foreign_and_wrong_typed_keys(redis_url, namespace, raw
         core.write("q", "x")
     raw.delete(f"sb:{{{namespace}}}:bodies")
     raw.hset(f"sb:{{{namespace}}}:meta", "magic", "something-else")
+    # This process validated the namespace already, so validate_target does
+    # not ask again (a project Queue calls it before every operation); the
+    # next writing script refuses the foreign meta itself...
+    with pytest.raises(DatabaseError, match="magic is something-else"):
+        core.write("q", "x")
+    # ... and a process that has not seen the namespace yet refuses it up front.
+    forget_shared_runners(namespace)
     with pytest.raises(DatabaseError):
         plugin.validate_target(redis_url, backend_options=opts)
     with pytest.raises(DatabaseError):
         plugin.cleanup_target(redis_url, backend_options=opts)
     assert raw.exists(f"sb:{{{namespace}}}:meta")
     raw.delete(f"sb:{{{namespace}}}:meta")
+
+
+def test_an_explicit_runner_ignores_a_broken_project_file(
+    redis_url, namespace, tmp_path, monkeypatch, raw
+):
+    from simplebroker import Queue
+
+    # A .broker.toml that would fail if it were read: wrong server, wrong credentials.
+    (tmp_path / ".broker.toml").write_text(
+        'version = 1\nbackend = "redis"\ntarget = "redis://nobody:wrong@127.0.0.1:1/0"\n\n'
+        '[backend_options]\nnamespace = "not-this-one"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    runner = RedisRunner(redis_url, namespace=namespace)
+    try:
+        with Queue("jobs", db_path=runner.broker_target, runner=runner, persistent=True) as queue:
+            queue.write("hello")
+            assert queue.read() == "hello"
+        assert raw.exists(f"sb:{{{namespace}}}:meta")
+        assert not raw.exists("sb:{not-this-one}:meta")
+    finally:
+        runner.shutdown()
+
+
+@pytest.mark.parametrize("opened", ["project", "project-persistent", "runner"])
+def test_damage_surfaces_from_the_operation_at_once(
+    redis_url, namespace, tmp_path, monkeypatch, raw, opened
+):
+    import time
+
+    from simplebroker import Queue
+
+    (tmp_path / ".broker.toml").write_text(
+        f'version = 1\nbackend = "redis"\ntarget = "{redis_url}"\n\n'
+        f'[backend_options]\nnamespace = "{namespace}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    runner = RedisRunner(redis_url, namespace=namespace)
+    try:
+        if opened == "runner":
+            queue = Queue("jobs", db_path=runner.broker_target, runner=runner, persistent=True)
+        else:
+            queue = Queue("jobs", persistent=opened == "project-persistent")
+        queue.write("before")  # the namespace exists and works
+        pending = f"sb:{{{namespace}}}:pending"
+        raw.delete(pending)
+        raw.set(pending, "planted after the namespace was created")
+        started = time.monotonic()
+        with pytest.raises(DataError, match="pending holds a string, expected a zset"):
+            queue.write("after")
+        assert time.monotonic() - started < 2, "the damage was retried as a connection error"
+        assert raw.get(pending) == "planted after the namespace was created"
+        queue.close()
+    finally:
+        raw.delete(f"sb:{{{namespace}}}:pending")
+        runner.shutdown()

@@ -31,20 +31,24 @@ else
   lists = {range(K_PENDING, lo, hi, order, limit), {}}
   if with_claimed then lists[2] = range(K_CLAIMED, lo, hi, order, limit) end
 end
-local members, src = merge(lists, order, limit)
+local members, src, only = merge(lists, order, limit)
 if #members == 0 then
   maintain(ARGV[11])
   return {}
 end
-local bodies = bodies_of(members)
+local ids, bodies = bodies_of(members)
 -- A move writes keys it has not read: refuse them here if wrong-typed. (A
 -- claim's first write, to claimed, refuses a wrong-typed claimed itself.)
 if op == 'move' then check_keys({K_QUEUES, K_RESERVED, K_DELAYED, K_CLAIMED}) end
 
 local from_pending, from_claimed = {}, {}
-for i, member in ipairs(members) do
-  if src[i] == 1 then from_pending[#from_pending + 1] = member
-  else from_claimed[#from_claimed + 1] = member end
+if not src then
+  if only == 1 then from_pending = members else from_claimed = members end
+else
+  for i, member in ipairs(members) do
+    if src[i] == 1 then from_pending[#from_pending + 1] = member
+    else from_claimed[#from_claimed + 1] = member end
+  end
 end
 if op == 'claim' then
   zadd_all(K_CLAIMED, from_pending)
@@ -63,4 +67,4 @@ else
 end
 
 maintain(ARGV[11])
-return id_body_pairs(members, bodies)
+return id_body_pairs(ids, bodies)

@@ -24,5 +24,4 @@ else
   for i, key in ipairs(sources) do lists[i] = range(key, lo, hi, order, limit) end
 end
 local members = merge(lists, order, limit)
-local bodies = bodies_of(members)
-return id_body_pairs(members, bodies)
+return id_body_pairs(bodies_of(members))

@@ -36,8 +36,7 @@ if #members == 0 then
 end
 
 -- Reads (each also refuses a wrong-typed key), then the keys written unread.
-local bodies = bodies_of(members)
-local ids = ids_of(members)
+local ids, bodies = bodies_of(members)
 local counts = delivery_counts(ids)
 check_keys({K_OWNERS, K_TOKEN_IDS, K_LEASES})
 

@@ -5,10 +5,11 @@ local CHUNK = 1000
 
 local function zadd_all(key, members)
   for i = 1, #members, CHUNK do
-    local args = {}
+    local args, n = {}, 0
     for j = i, math.min(i + CHUNK - 1, #members) do
-      args[#args + 1] = 0
-      args[#args + 1] = members[j]
+      args[n + 1] = 0
+      args[n + 2] = members[j]
+      n = n + 2
     end
     redis.call('ZADD', key, unpack(args))
   end
@@ -36,19 +37,19 @@ local function hdel_all(key, fields)
   end
 end
 
--- The bodies of `members`, in order; raises CORRUPT for a message without one.
+-- The IDs and bodies of `members`, in order; raises CORRUPT for a message
+-- without a body.
 local function bodies_of(members)
-  local out = {}
-  for i = 1, #members, CHUNK do
-    local ids = {}
-    for j = i, math.min(i + CHUNK - 1, #members) do ids[#ids + 1] = mid(members[j]) end
-    local got = redis.call('HMGET', K_BODIES, unpack(ids))
+  local ids, bodies = {}, {}
+  for j = 1, #members do ids[j] = mid(members[j]) end
+  for i = 1, #ids, CHUNK do
+    local got = redis.call('HMGET', K_BODIES, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
     for j = 1, #got do
-      if not got[j] then fail('CORRUPT', 'message ' .. ids[j] .. ' has no body') end
-      out[#out + 1] = got[j]
+      if not got[j] then fail('CORRUPT', 'message ' .. ids[i + j - 1] .. ' has no body') end
+      bodies[i + j - 1] = got[j]
     end
   end
-  return out
+  return ids, bodies
 end
 
 -- The distinct queues of a member list, in first-seen order.
@@ -70,12 +71,12 @@ local function ids_of(members)
   return ids
 end
 
--- The flat reply {id1, body1, id2, body2, ...} of `members` and their `bodies`.
-local function id_body_pairs(members, bodies)
+-- The flat reply {id1, body1, id2, body2, ...}.
+local function id_body_pairs(ids, bodies)
   local out = {}
-  for i, member in ipairs(members) do
-    out[#out + 1] = mid(member)
-    out[#out + 1] = bodies[i]
+  for i = 1, #ids do
+    out[2 * i - 1] = ids[i]
+    out[2 * i] = bodies[i]
   end
   return out
 end

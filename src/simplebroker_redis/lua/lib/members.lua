@@ -27,8 +27,22 @@ local function range(key, lo, hi, order, limit)
 end
 
 -- Merge several member lists of one queue, each sorted in `order`, keeping
--- the first `limit`; returns merged members and the index of their source.
+-- the first `limit`; returns merged members and the index of the list each
+-- came from (nil when they all come from the one list that holds anything:
+-- then the members are that list itself, cut to `limit`).
 local function merge(lists, order, limit)
+  local only = nil
+  for i = 1, #lists do
+    if lists[i][1] then
+      if only then only = false break end
+      only = i
+    end
+  end
+  if only ~= false then
+    local list = lists[only or 1] or {}
+    for j = #list, limit + 1, -1 do list[j] = nil end
+    return list, nil, only
+  end
   local out, src = {}, {}
   local pos = {}
   for i = 1, #lists do pos[i] = 1 end
