@@ -99,11 +99,7 @@ class DeadLetterWatch:
         """Stop watching (idempotent)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(task)
         await self._wakeups.close()
 
     async def check(self) -> None:
@@ -152,6 +148,22 @@ class DeadLetterWatch:
             self._core = RedisBrokerCore(self._runner.sync)
         rows = self._core.peek_generator(self._dead_letter_queue, batch_size=PAGE)
         return {message_id: body for body, message_id in cast("Iterator[Row]", rows)}
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it ended, cancelling again if a cancel was lost.
+
+    A cancellation that meets a wake-up at the same moment can be lost on
+    Python 3.11 (seen here: the watch went back to sleep for an hour with
+    the cancel pending, and shutdown hung); so wait in slices and repeat.
+    """
+    task.cancel()
+    while not task.done():
+        await asyncio.wait({task}, timeout=1.0)
+        if not task.done():
+            task.cancel()
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("the dead-letter watch ended with %r", task.exception())
 
 
 async def report_dead_letter(
