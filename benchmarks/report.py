@@ -8,6 +8,7 @@ from typing import Any
 import backend
 import celery_bench
 import taskiq_bench
+import topology_bench
 from common import fmt_num, in_order, render_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -204,6 +205,18 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
             _verdict(value, 2.0),
         )
     _celery_budgets(summary.get("celery"), add)
+    topo = summary.get("topology")
+    if topo:
+        gap = topology_bench.even_split_gap(topo)
+        limit = topology_bench.EVEN_SPLIT_TOLERANCE
+        shares = topo["taskiq"]["3"]["node_shares"]
+        add(
+            "14",
+            "Taskiq shards=3 on 3 primaries: each node's command share within 15% of 1/3",
+            gap,
+            " / ".join(f"{share:.0%}" for share in shares),
+            "unmeasured" if gap is None else ("met" if gap <= limit else "missed"),
+        )
     out.extend(issue13_budgets(summary))
     return out
 

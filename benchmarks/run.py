@@ -1,7 +1,8 @@
 """Run the benchmarks: ``python benchmarks/run.py [--quick] [--only SECTION] ...``.
 
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
-``multiprocess``), ``taskiq`` and ``celery``. ``--only`` takes a comma-separated list of
+``multiprocess``), ``taskiq``, ``celery`` and ``topology`` (cluster client vs
+single server, Taskiq shards on a 3-primary cluster). ``--only`` takes a comma-separated list of
 sections or backend parts. Each section gets its own throwaway server.
 
 Output: tables on stdout, a progress bar on stderr, every sample and summary
@@ -26,9 +27,10 @@ import backend
 import celery_bench
 import report
 import taskiq_bench
+import topology_bench
 from common import RESULTS_DIR, JsonLines, Progress, Server, environment
 
-SECTIONS = ("backend", "taskiq", "celery")
+SECTIONS = ("backend", "taskiq", "celery", "topology")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated sections (backend, taskiq, celery) or backend parts "
+        help="comma-separated sections (backend, taskiq, celery, topology) or backend parts "
         f"({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"updated {report.DOC} from {args.doc_from}")
         return 0
     run_backend, parts, run_taskiq, run_celery = selection(args.only)
+    names = {s.strip() for s in args.only.split(",") if s.strip()}
+    run_topology = not names or "topology" in names
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = args.json or RESULTS_DIR / f"bench-{stamp}.jsonl"
     chart_path = args.chart or RESULTS_DIR / f"bench-{stamp}.png"
@@ -138,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             progress.finish()
             print(celery_bench.report(summary["celery"]), end="\n\n", flush=True)
+        if run_topology:
+            progress = Progress(topology_bench.plan_units(args.reps), "topology")
+            summary["topology"] = topology_bench.run_section(
+                reps=args.reps, quick=args.quick, progress=progress, emit=sink.write
+            )
+            progress.finish()
+            print(topology_bench.report(summary["topology"]), end="\n\n", flush=True)
     finally:
         summary["elapsed_s"] = time.monotonic() - started
         summary["environment"] = {**env, "server": server_version or "unknown"}

@@ -1,18 +1,48 @@
-"""Test fixtures: a real server started by the suite, one namespace per test."""
+"""Test fixtures: a real server started by the suite, one namespace per test.
+
+A test module that sets ``TOPOLOGIES = ("single", "cluster", "sentinel")``
+runs each of its tests on every topology named: ``redis_url`` (and every
+fixture built on it) is then a single server, a 3-primary Redis Cluster with
+one replica each, or a Sentinel group (one primary, one replica, three
+sentinels). The cluster and the group start on first use and live for the
+session; tests must not break them (the topology suite has its own).
+"""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
 
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.devserver import DevServer
+from simplebroker_redis.devserver import DevCluster, DevSentinelGroup, DevServer
+
+#: Topologies a module runs on unless it sets ``TOPOLOGIES``.
+DEFAULT_TOPOLOGIES = ("single",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run the tests of a module that sets ``TOPOLOGIES`` on each topology it names."""
+    topologies = getattr(metafunc.module, "TOPOLOGIES", DEFAULT_TOPOLOGIES)
+    if "topology" in metafunc.fixturenames and tuple(topologies) != DEFAULT_TOPOLOGIES:
+        metafunc.parametrize("topology", topologies)
+
+
+# Function-scoped on purpose: a session-scoped redis_url depending on a
+# parametrized topology was reused across parameters in a full run (the
+# servers behind it are session fixtures, so this costs nothing).
+@pytest.fixture
+def topology() -> str:
+    """The topology ``redis_url`` points at (see the module docstring)."""
+    return "single"
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +55,54 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(server: DevServer) -> str:
-    return server.url
+def shared_cluster() -> Iterator[DevCluster]:
+    """A 3-primary cluster shared by topology-parametrized tests.
+
+    No replicas: on a busy host a slow primary could otherwise be failed over
+    mid-test, and a failover may drop acknowledged writes (that is what the
+    topology suite tests, with its own cluster).
+    """
+    with DevCluster(primaries=3, replicas=0, node_timeout_ms=15000) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def shared_sentinel() -> Iterator[DevSentinelGroup]:
+    """One primary, one replica, three sentinels (data nodes password-protected).
+
+    The sentinels wait 15 s before they call the primary down, so a busy host
+    never triggers a failover (and its lost writes) under a contract test.
+    """
+    with DevSentinelGroup(replicas=1, password="shared-pw", down_after_ms=15000) as group:
+        yield group
 
 
 @pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client for inspecting stored state."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def redis_url(topology: str, request: pytest.FixtureRequest) -> str:
+    if topology == "cluster":
+        return str(request.getfixturevalue("shared_cluster").url)
+    if topology == "sentinel":
+        return str(request.getfixturevalue("shared_sentinel").url)
+    return str(request.getfixturevalue("server").url)
+
+
+@pytest.fixture
+def raw(redis_url: str, topology: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A plain client for inspecting stored state (the primary, or a cluster client)."""
+    client: Any
+    if topology == "cluster":
+        nodes = [
+            ClusterNode("127.0.0.1", n.port)
+            for n in request.getfixturevalue("shared_cluster").nodes
+        ]
+        client = RedisCluster(startup_nodes=nodes, decode_responses=True)
+    elif topology == "sentinel":
+        group = request.getfixturevalue("shared_sentinel")
+        client = Sentinel(group.sentinel_addresses).master_for(
+            group.service, password=group.password, decode_responses=True
+        )
+    else:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
 

@@ -301,3 +301,29 @@ def test_waiter_survives_server_restart(tmp_path: Path):
         except redis.ConnectionError:
             pass
         server.stop()
+
+
+def test_listener_works_with_descriptors_above_1024(redis_url, namespace, broker):
+    """select() cannot watch a descriptor >= 1024; a busy process has such sockets."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("the open-file limit is too low to test this")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    spare = []
+    try:
+        while not spare or spare[-1] < 1100:
+            spare.append(os.dup(0))
+        waiter = _waiter(redis_url, namespace, "high")
+        try:
+            assert listener_for(broker.runner)._pubsub.connection._sock.fileno() >= 1024
+            waiter.wait(0.05)  # the first subscription's wake-up, if any
+            broker.write("high", "x")
+            assert waiter.wait(5) is True
+        finally:
+            waiter.close()
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

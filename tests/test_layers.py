@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     # 2: runners
     "runner": 2,
     "aio.runner": 2,
+    "aio.tasks": 0,
     # 3: namespace lifecycle, leases, activity, async writes
     "namespace": 3,
     "leases": 3,

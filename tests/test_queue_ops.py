@@ -12,6 +12,9 @@ from helpers import stored, without_meta
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 
+#: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
+TOPOLOGIES = ("single", "cluster", "sentinel")
+
 
 @pytest.fixture
 def layout(sb) -> dict[str, list[int]]:

@@ -13,6 +13,9 @@ from simplebroker_redis import Leases, RedisRunner, ReservationConflict, Reserva
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 
+#: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
+TOPOLOGIES = ("single", "cluster", "sentinel")
+
 
 def _fill(core: RedisBrokerCore, queue: str, count: int) -> list[int]:
     return [core.write(queue, f"m{i}") for i in range(count)]

@@ -8,6 +8,9 @@ from simplebroker.ext import QueueNameError
 from helpers import members, stored, without_meta
 from simplebroker_redis.keys import Keyspace
 
+#: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
+TOPOLOGIES = ("single", "cluster", "sentinel")
+
 N = 6
 
 

@@ -11,7 +11,7 @@ Public names re-exported here; see ``docs/architecture.md`` for the design.
 from importlib.metadata import PackageNotFoundError, version
 
 from .core import RedisBrokerCore
-from .errors import ReservationConflict, ReservationLost
+from .errors import ReplicationTimeout, ReservationConflict, ReservationLost
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .leases import Lease, LeaseCalls, LeasedMessage, Leases, Recovery, Settlement
 from .options import BackendOptions
@@ -41,6 +41,7 @@ __all__ = [
     "RedisBackendPlugin",
     "RedisBrokerCore",
     "RedisRunner",
+    "ReplicationTimeout",
     "ReservationConflict",
     "ReservationLost",
     "Settlement",

@@ -5,16 +5,27 @@ channel inside the same script, so a wake-up costs no extra round trip and
 never announces work that did not commit. Wake-ups are hints: owners still
 drain queues through ordinary operations.
 
+Wake-ups use sharded Pub/Sub (``SPUBLISH``/``SSUBSCRIBE``, Redis and Valkey
+7+) on every topology: the channels carry the namespace's hash tag, so in a
+cluster they live on the node that owns the namespace's slot and a wake-up is
+not broadcast to every node; a single server or a Sentinel primary serves
+them the same way, so there is one code path.
+
 One :class:`WakeupListener` per (process, target, namespace) holds a dedicated
-Pub/Sub connection (never one from the command pool) and a daemon thread
-that dispatches messages to every registered waiter. On connection loss it
-reconnects with exponential backoff, subscribes again, and wakes every
-waiter once so a wake-up lost during the outage cannot stall anyone. A
-forked child gets its own listener the first time it uses a waiter.
+Pub/Sub connection (never one from the command pool) to the namespace's
+primary and a daemon thread that dispatches messages to every registered
+waiter. On connection loss it reconnects with exponential backoff, subscribes
+again, and wakes every waiter once so a wake-up lost during the outage cannot
+stall anyone; it logs one warning per outage. When the slot moves to another
+cluster node the server ends the subscription with an unrequested
+``sunsubscribe`` (or a subscription is answered with MOVED): the listener
+treats both as an outage and reconnects to the new owner. A forked child
+gets its own listener the first time it uses a waiter.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -23,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import redis
+import redis.exceptions as rx
 
 from .retry import Backoff
 from .runner import RedisRunner
@@ -40,7 +52,18 @@ SYNC_WAIT: Final[float] = 1.0
 #: Longest slice a waiter sleeps before re-checking its stop event.
 STOP_POLL: Final[float] = 0.05
 
+#: Seconds a subscription must last to end an outage. A failover can let a
+#: reconnect succeed to the demoted node, which then drops it again: that is
+#: the same outage (one warning), and the next reconnect backs off.
+STABLE_AFTER: Final[float] = 2.0
+
 Callback = Callable[[], None]
+
+logger = logging.getLogger("simplebroker_redis")
+
+
+class SlotMoved(redis.ConnectionError):
+    """The server ended a subscription we still want: the namespace's slot moved."""
 
 
 class WakeupListener:
@@ -84,7 +107,7 @@ class WakeupListener:
             self._ensure_thread()
             if fresh and self._pubsub is not None:
                 try:
-                    self._pubsub.subscribe(*fresh)
+                    self._pubsub.ssubscribe(*fresh)
                 except (redis.RedisError, OSError):
                     self._poke()  # the listener thread reconnects and resubscribes
             # Return only once the server confirmed every channel, so a write
@@ -151,7 +174,7 @@ class WakeupListener:
                 return
             del self._callbacks[channel]
             if self._pubsub is not None:
-                self._pubsub.unsubscribe(channel)
+                self._pubsub.sunsubscribe(channel)
 
     # -- the listener thread ----------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -177,7 +200,7 @@ class WakeupListener:
             self._confirmed.clear()
             self._epoch += 1
             self._pings = self._pongs = 0  # a new connection answers its own PINGs
-            pubsub.subscribe(self._control, *self._callbacks)
+            pubsub.ssubscribe(self._control, *self._callbacks)
             self._pubsub = pubsub
             self._client = client  # owns the pool; dropping it closes the socket
 
@@ -210,12 +233,15 @@ class WakeupListener:
             with self._lock:
                 message = self._pubsub.get_message(timeout=0) if self._pubsub else None
                 kind = None if message is None else message.get("type")
-                if kind == "subscribe":
+                if kind == "ssubscribe":
                     self._confirmed.add(str(message["channel"]))  # type: ignore[index]
                     self._confirm.notify_all()
-                elif kind == "unsubscribe":
-                    self._confirmed.discard(str(message["channel"]))  # type: ignore[index]
-                elif kind == "message":
+                elif kind == "sunsubscribe":
+                    channel = str(message["channel"])  # type: ignore[index]
+                    self._confirmed.discard(channel)
+                    if channel == self._control or channel in self._callbacks:
+                        raise SlotMoved(f"the server ended the subscription of {channel}")
+                elif kind == "smessage":
                     channel = str(message["channel"])  # type: ignore[index]
                     self._heard[channel] = self._heard.get(channel, 0) + 1
                 elif kind == "pong":
@@ -223,28 +249,53 @@ class WakeupListener:
                     self._confirm.notify_all()
             if message is None:
                 return
-            if kind == "message":
+            if kind == "smessage":
                 self._dispatch(str(message["channel"]))
 
     def _run(self) -> None:
         backoff = Backoff()
         first = True
+        failing = restored = False
         while not self._stopping:
             try:
                 self._connect()
-            except (redis.RedisError, OSError):
+                self._drain()  # an SSUBSCRIBE answered with MOVED raises here
+            except (redis.RedisError, OSError, ValueError) as exc:
+                failing = self._lost(exc, failing)
+                self._disconnect()
                 time.sleep(backoff.next())
                 continue
+            if failing and not restored:
+                logger.info("wake-up subscription at %s restored", self._runner.where)
+                restored = True
             if not first:
                 self.reconnects += 1
                 self._wake_all()
             first = False
-            backoff.reset()
+            started = time.monotonic()
             try:
                 self._serve()
-            except (redis.RedisError, OSError, ValueError):
-                pass
+            except (redis.RedisError, OSError, ValueError) as exc:
+                if time.monotonic() - started >= STABLE_AFTER:
+                    failing = restored = False  # a new outage
+                    backoff.reset()
+                failing = self._lost(exc, failing)
             self._disconnect()
+            if failing and not self._stopping:
+                time.sleep(backoff.next())
+
+    def _lost(self, exc: BaseException, failing: bool) -> bool:
+        """Re-point the route after a failure; log the first failure of an outage."""
+        connections = self._runner.connections
+        if isinstance(exc, rx.MovedError):
+            connections.moved((str(exc.host), int(exc.port)))
+        elif connections.kind == "cluster":
+            connections.moved(None)  # ask the seed nodes where the slot is now
+        if not failing and not self._stopping:
+            logger.warning(
+                "wake-up subscription at %s lost: %r; reconnecting", self._runner.where, exc
+            )
+        return True
 
     def _serve(self) -> None:
         last_io = time.monotonic()
@@ -252,10 +303,16 @@ class WakeupListener:
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
-            readable, _, _ = select.select([sock, self._wake_r], [], [], 1.0)
-            if self._wake_r in readable:
+            # poll, not select: select fails for descriptors >= 1024, which a
+            # busy process (many pools and listeners) reaches.
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(1000)}
+            poked = self._wake_r in ready
+            if poked:
                 os.read(self._wake_r, 4096)
-            if sock in readable or self._wake_r in readable:
+            if poked or sock.fileno() in ready:
                 self._drain()
                 last_io = time.monotonic()
             elif time.monotonic() - last_io > PING_INTERVAL:

@@ -7,25 +7,58 @@ and dedicated Pub/Sub clients for the activity listeners. Both runners and
 every listener build their connections here, so a topology or a TLS or
 authentication setting is handled once for all of them.
 
+Every topology ends in the same object above this module: a plain
+``redis.Redis`` (or ``redis.asyncio.Redis``) whose connections reach the
+*primary that holds the namespace*. A namespace lives in one hash slot
+(``{namespace}``), so that is one server in every topology:
+
+- a single server: the target itself;
+- Sentinel: redis-py's ``SentinelConnectionPool`` (made blocking here), whose
+  every new connection asks the sentinels for the current primary;
+- Cluster: the primary that owns the namespace's slot, found with ``CLUSTER
+  SLOTS`` from the seed nodes and moved by ``MOVED`` replies. redis-py's
+  ``RedisCluster`` is not used: its pipeline re-sends commands whose reply
+  was lost, it sends ``WAIT`` to a default node rather than on the write's
+  connection, and its sharded Pub/Sub ignores the server's ``sunsubscribe``
+  when a slot moves (docs/notes/topologies.md, 1.3, 1.4, 2). Pinning the
+  namespace's node keeps FCALL, ``WAIT`` pipelines, ``SCAN`` and ``SSUBSCRIBE``
+  identical on every topology.
+
 Clients never retry a command on their own (``Retry(NoBackoff(), 0)``): a
 lost reply may hide a committed write; :mod:`.runner` decides what may be
-repeated.
+repeated (:class:`Route` and :class:`AsyncRoute` carry its redirections).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.sentinel as aiosentinel
+import redis.sentinel
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 from simplebroker import resolve_config
 
-from .options import BackendOptions, normalize_target, redact_target, target_has_password
+from .keys import Keyspace
+from .options import BackendOptions, TargetSpec, parse_target, redact_target
+
+#: A data node's (host, port).
+Address = tuple[str, int]
+
+#: Environment variable holding the sentinels' own password (``sentinel_password``).
+SENTINEL_PASSWORD_ENV: Final[str] = "BROKER_BACKEND_SENTINEL_PASSWORD"
+
+#: Seconds allowed to ask one seed node or sentinel about the topology.
+DISCOVERY_TIMEOUT: Final[float] = 2.0
 
 #: Seconds allowed to open a TCP/unix connection.
 CONNECT_TIMEOUT: Final[float] = 5.0
@@ -62,12 +95,32 @@ def config_settings(config: Mapping[str, Any] | None) -> tuple[float, str]:
     return float(busy) / 1000.0, str(password)
 
 
+class SentinelBlockingConnectionPool(
+    redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool
+):
+    """redis-py's Sentinel pool with ``BlockingConnectionPool``'s size limit and wait.
+
+    redis-py 8 has no such class; this composition was checked against it
+    (docs/notes/topologies.md, 3): ``SentinelConnectionPool.__init__`` runs,
+    then ``BlockingConnectionPool``'s through ``super()``.
+    """
+
+
+class AsyncSentinelBlockingConnectionPool(
+    aiosentinel.SentinelConnectionPool, aioredis.BlockingConnectionPool
+):
+    """The asyncio twin of :class:`SentinelBlockingConnectionPool`."""
+
+
 class Connections:
     """How to connect to one target: validated settings and client factories.
 
     Args:
-        target: ``redis://``, ``rediss://`` or ``unix://`` URL (with db number).
-        options: The backend options (pool size and timeout are used here).
+        target: ``redis://``, ``rediss://`` or ``unix://`` URL (with db
+            number), ``redis+cluster://`` seeds or ``redis+sentinel://``
+            sentinels (see :mod:`.options`).
+        options: The backend options (pool size and timeout, namespace,
+            ``sentinel_password`` are used here).
         config: SimpleBroker config; the environment when omitted.
 
     """
@@ -75,14 +128,28 @@ class Connections:
     def __init__(
         self, target: str, options: BackendOptions, config: Mapping[str, Any] | None
     ) -> None:
-        self.target = normalize_target(target)
+        self.spec: TargetSpec = parse_target(target)
+        self.target = self.spec.url
+        self.kind = self.spec.kind
         default_timeout, env_password = config_settings(config)
         self.max_connections = options.max_connections
         self.pool_timeout = (
             default_timeout if options.pool_timeout is None else options.pool_timeout
         )
-        self._password = None if target_has_password(self.target) else (env_password or None)
+        self._password = None if self.spec.password is not None else (env_password or None)
+        self._sentinel_password = options.sentinel_password or (
+            os.environ.get(SENTINEL_PASSWORD_ENV) or None
+        )
         self.redacted = redact_target(self.target)
+        #: The namespace's hash slot (cluster routing).
+        self.slot = key_slot(Keyspace.for_namespace(options.namespace).meta.encode())
+        self._owner: Address | None = None  #: cluster: the slot's primary, once known
+        self._owner_lock = threading.Lock()
+        self._sentinel: Any = None  #: redis.sentinel.Sentinel (unannotated), per process
+        self._async_sentinels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sentinel_pid = 0
 
     def __repr__(self) -> str:
         return f"Connections({self.redacted!r})"
@@ -91,6 +158,11 @@ class Connections:
     def identity(self) -> tuple[str, str | None]:
         """Return what makes two targets the same server and credentials."""
         return (self.target, self._password)
+
+    @property
+    def routed(self) -> bool:
+        """Return whether the primary may move (Cluster, Sentinel): refusals are retried."""
+        return self.kind != "single"
 
     def client_kwargs(self, *, label: str = "simplebroker-redis") -> dict[str, Any]:
         """Return the redis-py connection options every client of this target uses."""
@@ -121,20 +193,225 @@ class Connections:
             **self.client_kwargs(),
         }
 
-    def client(self) -> redis.Redis:
-        """Return a command client with a blocking pool (``pool_timeout`` to get a connection)."""
-        pool = redis.BlockingConnectionPool.from_url(self.target, **self._pool_kwargs())
+    # -- where the namespace lives ------------------------------------------------
+    def _data_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Return ``kwargs`` plus the URL's credentials and TLS options, without an address."""
+        parse_url: Any = redis.connection.parse_url  # redis-py leaves it unannotated
+        parsed: dict[str, Any] = parse_url(self.spec.node_url("localhost", 1))
+        for name in ("host", "port"):
+            parsed.pop(name, None)
+        if parsed.pop("connection_class", None) is not None:
+            parsed["ssl"] = True  # only SSLConnection is set by a rediss URL
+        return {**parsed, **kwargs}
+
+    def _sentinel_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "socket_connect_timeout": DISCOVERY_TIMEOUT,
+            "socket_timeout": DISCOVERY_TIMEOUT,
+            "retry": Retry(NoBackoff(), 0),
+            "decode_responses": True,
+            **_NO_SETINFO,
+        }
+        if self._sentinel_password is not None:
+            kwargs["password"] = self._sentinel_password
+        return kwargs
+
+    def sentinel(self) -> Any:
+        """Return this process's ``Sentinel`` manager (sentinel targets only)."""
+        if self._sentinel is None or self._sentinel_pid != os.getpid():
+            factory: Any = redis.sentinel.Sentinel  # unannotated in redis-py
+            self._sentinel = factory(list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs())
+            self._sentinel_pid = os.getpid()
+        return self._sentinel
+
+    def owner(self) -> Address:
+        """Return the cluster primary that owns the namespace's slot (asks the seeds once)."""
+        owner = self._owner
+        return owner if owner is not None else self.find_owner()
+
+    def moved(self, address: Address | None) -> None:
+        """Record that the slot moved to ``address`` (None: ask the seeds next time)."""
+        with self._owner_lock:
+            self._owner = address
+
+    def find_owner(self) -> Address:
+        """Ask the seed nodes (and the last known owner) which primary serves the slot."""
+        candidates = list(self.spec.hosts)
+        if self._owner is not None:
+            candidates.insert(0, self._owner)
+        errors: list[str] = []
+        for host, port in dict.fromkeys(candidates):
+            node: Any = redis.Redis(
+                **self._data_kwargs(
+                    {
+                        "host": host,
+                        "port": port,
+                        "socket_connect_timeout": DISCOVERY_TIMEOUT,
+                        "socket_timeout": DISCOVERY_TIMEOUT,
+                        "retry": Retry(NoBackoff(), 0),
+                        "protocol": 2,
+                        "decode_responses": True,
+                        **_NO_SETINFO,
+                    }
+                )
+            )
+            try:
+                ranges = node.execute_command("CLUSTER SLOTS")
+            except redis.RedisError as exc:
+                errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}")
+                continue
+            finally:
+                node.close()
+            for first, last, primary, *_ in ranges:
+                if int(first) <= self.slot <= int(last):
+                    address = (str(primary[0]) or host, int(primary[1]))
+                    self.moved(address)
+                    return address
+            errors.append(f"{host}:{port}: no node serves slot {self.slot}")
+        raise redis.ConnectionError(
+            f"Error connecting to the cluster: no seed node named the primary of slot "
+            f"{self.slot} ({'; '.join(errors)})"
+        )
+
+    # -- clients ----------------------------------------------------------------
+    def client(self, address: Address | None = None) -> redis.Redis:
+        """Return a command client with a blocking pool (``pool_timeout`` to get a connection).
+
+        Cluster: the pool reaches ``address`` (default: the slot's owner now).
+        """
+        if self.kind == "sentinel":
+            sentinel_pool: Any = SentinelBlockingConnectionPool  # unannotated __init__
+            pool = sentinel_pool(
+                self.spec.service, self.sentinel(), **self._data_kwargs(self._pool_kwargs())
+            )
+        else:
+            pool = redis.BlockingConnectionPool.from_url(self._url(address), **self._pool_kwargs())
         return redis.Redis(connection_pool=pool)
 
-    def async_client(self) -> aioredis.Redis:
+    def _url(self, address: Address | None) -> str:
+        if self.kind != "cluster":
+            return self.target
+        host, port = address or self.owner()
+        return self.spec.node_url(host, port)
+
+    def async_client(self, address: Address | None = None) -> aioredis.Redis:
         """Return an asyncio command client with a blocking pool (one per event loop)."""
-        pool = aioredis.BlockingConnectionPool.from_url(self.target, **self._pool_kwargs())
+        if self.kind == "sentinel":
+            sentinel_pool: Any = AsyncSentinelBlockingConnectionPool  # unannotated __init__
+            pool = sentinel_pool(
+                self.spec.service, self.async_sentinel(), **self._data_kwargs(self._pool_kwargs())
+            )
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self._url(address), **self._pool_kwargs()
+            )
         return aioredis.Redis(connection_pool=pool)
 
+    def async_sentinel(self) -> Any:
+        """Return the running loop's asyncio ``Sentinel`` manager (connections belong to a loop)."""
+        loop = asyncio.get_running_loop()
+        manager = self._async_sentinels.get(loop)
+        if manager is None:
+            factory: Any = aiosentinel.Sentinel  # unannotated in redis-py
+            manager = factory(list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs())
+            self._async_sentinels[loop] = manager
+        return manager
+
     def subscriber(self) -> redis.Redis:
-        """Return a client for one dedicated Pub/Sub connection (never pooled commands)."""
-        return redis.Redis.from_url(self.target, **self._subscriber_kwargs())
+        """Return a client for one dedicated Pub/Sub connection (never pooled commands).
+
+        Cluster: on the slot's owner now; the caller reconnects through here
+        when the slot moves.
+        """
+        if self.kind == "sentinel":
+            kwargs = self._data_kwargs(self._subscriber_kwargs())
+            manager: Any = self.sentinel()  # master_for is unannotated
+            client: redis.Redis = manager.master_for(self.spec.service, **kwargs)
+            return client
+        return redis.Redis.from_url(self._url(None), **self._subscriber_kwargs())
 
     def async_subscriber(self) -> aioredis.Redis:
         """Return an asyncio client for one dedicated Pub/Sub connection."""
-        return aioredis.Redis.from_url(self.target, **self._subscriber_kwargs())
+        if self.kind == "sentinel":
+            kwargs = self._data_kwargs(self._subscriber_kwargs())
+            aclient: aioredis.Redis = self.async_sentinel().master_for(self.spec.service, **kwargs)
+            return aclient
+        return aioredis.Redis.from_url(self._url(None), **self._subscriber_kwargs())
+
+    async def async_owner(self) -> Address:
+        """Return the cluster slot's owner, asking the seeds off the event loop if unknown."""
+        owner = self._owner
+        return owner if owner is not None else await asyncio.to_thread(self.find_owner)
+
+
+class Route:
+    """The command clients of one process for one target: the primary, and redirections.
+
+    Single server and Sentinel: one pooled client (Sentinel's pool follows the
+    primary by itself). Cluster: one pooled client per node, the slot's owner
+    by default; :meth:`moved` re-points it.
+    """
+
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+        self._clients: dict[Address | None, redis.Redis] = {}
+        self._lock = threading.Lock()
+
+    def primary(self) -> redis.Redis:
+        """Return the client of the namespace's primary now."""
+        cluster = self._connections.kind == "cluster"
+        return self.node(self._connections.owner() if cluster else None)
+
+    def node(self, address: Address | None) -> redis.Redis:
+        """Return the client of ``address`` (cluster), creating its pool once."""
+        client = self._clients.get(address)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(address)
+                if client is None:
+                    client = self._clients[address] = self._connections.client(address)
+        return client
+
+    def moved(self, address: Address | None) -> None:
+        """Re-point the primary: to ``address`` (a MOVED reply), or ask again (None)."""
+        if self._connections.kind == "cluster":
+            self._connections.moved(address)
+
+    def close(self) -> None:
+        """Disconnect every pool."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.connection_pool.disconnect()
+
+
+class AsyncRoute:
+    """The asyncio twin of :class:`Route` (one per event loop)."""
+
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+        self._clients: dict[Address | None, aioredis.Redis] = {}
+
+    async def primary(self) -> aioredis.Redis:
+        """Return the client of the namespace's primary now."""
+        if self._connections.kind == "cluster":
+            return self.node(await self._connections.async_owner())
+        return self.node(None)
+
+    def node(self, address: Address | None) -> aioredis.Redis:
+        """Return the client of ``address`` (cluster), creating its pool once."""
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self._connections.async_client(address)
+        return client
+
+    def moved(self, address: Address | None) -> None:
+        """Re-point the primary: to ``address`` (a MOVED reply), or ask again (None)."""
+        if self._connections.kind == "cluster":
+            self._connections.moved(address)
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose(close_connection_pool=True)

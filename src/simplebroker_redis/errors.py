@@ -31,7 +31,10 @@ _WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
 
 # redis-py's wording for a connection that could not be opened: nothing was
 # sent, so retrying cannot repeat a command.
-_CONNECT_FAILED_RE: Final = re.compile(r"(?i)(?:error [-\d]+ )?connecting to|connection refused")
+_CONNECT_FAILED_RE: Final = re.compile(
+    r"(?i)(?:error [-\d]+ )?connecting to|connection refused|previous master is now a slave|"
+    r"no master found"
+)
 
 _SCRIPT_ERROR_RE: Final = re.compile(
     r"^SBR_([A-Z]+) ?(.*?)(?: script: \w+, on @user_\w+:\d+\.)?$", re.S
@@ -72,6 +75,20 @@ class ReservationLost(OperationalError):
 
     Its messages are pending again and may be delivered a second time, which
     at-least-once delivery allows; the holder should stop working on them.
+    """
+
+    retryable = False
+
+
+class ReplicationTimeout(OperationalError):
+    """A state change happened, but too few replicas (or AOF fsyncs) confirmed it in time.
+
+    Raised with backend options ``wait_replicas``/``wait_aof`` when WAIT or
+    WAITAOF, pipelined after the script on its connection, returns fewer
+    acknowledgements than asked within ``wait_timeout``. The write is on the
+    primary and may well be kept; but a failover before it reaches a replica
+    loses it. Not retryable: repeating a write that happened would apply it
+    twice. Read the state back (after a failover if one follows) to decide.
     """
 
     retryable = False
@@ -218,6 +235,16 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
         return WrongType(f"damaged simplebroker-redis data in {where}: {text}")
     if text.startswith(("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")):
         return _operational(f"Redis at {where} is busy: {text}", retryable=True)
+    if isinstance(exc, (rx.AskError, rx.TryAgainError, rx.ClusterDownError, rx.ReadOnlyError)):
+        # MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY: refused before running.
+        hint = ""
+        if isinstance(exc, rx.AskError) and "+cluster://" not in where:
+            hint = " (the server is a Redis Cluster node: use a redis+cluster:// target)"
+        return _operational(
+            f"the primary of {where} is moving or down (nothing ran; retry later): "
+            f"{type(exc).__name__}: {text}{hint}",
+            retryable=True,
+        )
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):
         hint = ""
         if "'function" in text or "'fcall'" in text:

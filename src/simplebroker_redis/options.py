@@ -1,19 +1,28 @@
 """Backend options and connection targets: parsing, validation, redaction.
 
 A target is a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL (``valkey``
-schemes are accepted as aliases). The password comes from the URL or, when
-the URL has none, from ``BROKER_BACKEND_PASSWORD``. Passwords never reach an
-error message, a log line or a ``repr``: everything shown goes through
-:func:`redact_target`.
+schemes are accepted as aliases), or a topology:
+
+- ``redis+cluster://[user:password@]host:port[,host:port...]`` (seed nodes
+  of a Redis Cluster; ``rediss+cluster://`` for TLS);
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+  (the sentinels; the password is the data nodes'; ``rediss+sentinel://``
+  for TLS to the data nodes).
+
+:func:`parse_target` reads any of them into a :class:`TargetSpec`. The
+password comes from the URL or, when the URL has none, from
+``BROKER_BACKEND_PASSWORD``. Passwords never reach an error message, a log
+line or a ``repr``: everything shown goes through :func:`redact_target`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Final, Literal, TypedDict
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from simplebroker.ext import InvalidConfigError
 
@@ -34,6 +43,31 @@ _SCHEMES: Final[dict[str, str]] = {
     "valkeys": "rediss",
 }
 
+TopologyKind = Literal["single", "cluster", "sentinel"]
+
+#: Topology schemes: scheme -> (kind, scheme of the data nodes).
+_TOPOLOGY_SCHEMES: Final[dict[str, tuple[TopologyKind, str]]] = {
+    "redis+cluster": ("cluster", "redis"),
+    "rediss+cluster": ("cluster", "rediss"),
+    "valkey+cluster": ("cluster", "redis"),
+    "valkeys+cluster": ("cluster", "rediss"),
+    "redis+sentinel": ("sentinel", "redis"),
+    "rediss+sentinel": ("sentinel", "rediss"),
+    "valkey+sentinel": ("sentinel", "redis"),
+    "valkeys+sentinel": ("sentinel", "rediss"),
+}
+
+_TARGET_FORMS: Final[str] = (
+    "a redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or "
+    "redis+sentinel://host:port[,host:port...]/service[/db] URL"
+)
+
+#: Replicas that must acknowledge each state change (0: do not wait).
+DEFAULT_WAIT_REPLICAS: Final[int] = 0
+
+#: Seconds to wait for those acknowledgements before ``ReplicationTimeout``.
+DEFAULT_WAIT_TIMEOUT: Final[float] = 1.0
+
 #: How scripts run on the server: one Functions library (FCALL), or EVALSHA.
 SCRIPTING_MODES: Final[tuple[str, ...]] = ("functions", "eval")
 
@@ -43,6 +77,10 @@ _OPTION_NAMES: Final[tuple[str, ...]] = (
     "pool_timeout",
     "stale_batch_seconds",
     "scripting",
+    "wait_replicas",
+    "wait_timeout",
+    "wait_aof",
+    "sentinel_password",
 )
 
 
@@ -72,6 +110,10 @@ class OptionKwargs(TypedDict, total=False):
     pool_timeout: float | None
     stale_batch_seconds: float
     scripting: str
+    wait_replicas: int
+    wait_timeout: float
+    wait_aof: bool
+    sentinel_password: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +127,14 @@ class BackendOptions:
     #: "functions": one library loaded once, each call an FCALL (faster);
     #: "eval": each call an EVALSHA (for ACLs or servers without FUNCTION LOAD).
     scripting: str = "functions"
+    #: After each state-changing script, WAIT for this many replicas (0: off).
+    wait_replicas: int = DEFAULT_WAIT_REPLICAS
+    #: Seconds WAIT (and WAITAOF) may take before ``ReplicationTimeout``.
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+    #: Also WAITAOF: the primary's AOF and ``wait_replicas`` replicas' fsynced.
+    wait_aof: bool = False
+    #: Password of the sentinels themselves (``redis+sentinel://`` targets only).
+    sentinel_password: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> BackendOptions:
@@ -122,7 +172,7 @@ class BackendOptions:
         scripting = raw.get("scripting", "functions")
         if scripting not in SCRIPTING_MODES:
             raise _invalid("scripting", scripting, "'functions' or 'eval'")
-        return cls(namespace, max_connections, pool_timeout, stale, scripting)
+        return cls(namespace, max_connections, pool_timeout, stale, scripting, *_durability(raw))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON-safe mapping form (SimpleBroker transports it)."""
@@ -134,7 +184,20 @@ class BackendOptions:
         }
         if self.pool_timeout is not None:
             out["pool_timeout"] = self.pool_timeout
+        if self.wait_replicas or self.wait_aof:
+            out.update(
+                wait_replicas=self.wait_replicas,
+                wait_timeout=self.wait_timeout,
+                wait_aof=self.wait_aof,
+            )
+        if self.sentinel_password is not None:
+            out["sentinel_password"] = self.sentinel_password
         return out
+
+    @property
+    def durable(self) -> bool:
+        """Return whether state changes wait for replicas (WAIT) or AOF fsyncs (WAITAOF)."""
+        return self.wait_replicas > 0 or self.wait_aof
 
     def stale_batch_ns(self) -> int | None:
         """Return the stale-batch lease in integer nanoseconds (None: never)."""
@@ -143,27 +206,145 @@ class BackendOptions:
         return round(self.stale_batch_seconds * 1_000_000_000)
 
 
-def normalize_target(target: str) -> str:
-    """Return ``target`` with a redis-py scheme; reject anything else clearly."""
-    if not isinstance(target, str) or not target.strip():
-        raise ValueError("redis backend target must be a redis://, rediss:// or unix:// URL")
-    try:
-        parts = urlsplit(target.strip())
-    except ValueError as exc:
-        raise ValueError(f"invalid redis backend target {redact_target(target)!r}: {exc}") from None
-    scheme = _SCHEMES.get(parts.scheme.lower())
-    if scheme is None:
-        raise ValueError(
-            f"invalid redis backend target {redact_target(target)!r}: use a "
-            "redis://, rediss:// or unix:// URL"
+def _durability(raw: Mapping[str, Any]) -> tuple[int, float, bool, str | None]:
+    """Validate ``wait_replicas``, ``wait_timeout``, ``wait_aof`` and ``sentinel_password``."""
+    replicas = raw.get("wait_replicas", DEFAULT_WAIT_REPLICAS)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise _invalid("wait_replicas", replicas, "an integer >= 0")
+    timeout = _number("wait_timeout", raw.get("wait_timeout", DEFAULT_WAIT_TIMEOUT))
+    if timeout <= 0:
+        raise _invalid("wait_timeout", timeout, "seconds > 0 (WAIT 0 would block forever)")
+    aof = raw.get("wait_aof", False)
+    if not isinstance(aof, bool):
+        raise _invalid("wait_aof", aof, "true or false")
+    password = raw.get("sentinel_password")
+    if password is not None and not isinstance(password, str):
+        raise InvalidConfigError(
+            key="backend_options.sentinel_password",
+            source="redis backend_options",
+            expected="a string",
+            value_display="(hidden)",
         )
-    return urlunsplit((scheme, *parts[1:]))
+    return replicas, timeout, aof, password or None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """A parsed target: its topology, the addresses to start from, credentials, db."""
+
+    kind: TopologyKind
+    url: str  #: the normalized target (with its password; never shown)
+    scheme: str  #: scheme of the data nodes: redis, rediss or unix
+    hosts: tuple[tuple[str, int], ...]  #: cluster seeds or sentinels (empty for single)
+    username: str | None
+    password: str | None = dataclasses.field(repr=False)
+    db: int
+    service: str | None  #: the sentinel service name
+    query: str  #: URL query (TLS options) passed on to every data-node connection
+
+    def node_url(self, host: str, port: int) -> str:
+        """Return a single-server URL for a data node at ``host:port`` (same credentials)."""
+        netloc = _netloc_host(host, port)
+        if self.username is not None or self.password is not None:
+            user = _quote(self.username or "")
+            auth = f":{_quote(self.password)}" if self.password is not None else ""
+            netloc = f"{user}{auth}@{netloc}"
+        return urlunsplit((self.scheme, netloc, f"/{self.db}", self.query, ""))
+
+
+def _quote(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _netloc_host(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bad(target: str, why: str) -> ValueError:
+    return ValueError(f"invalid redis backend target {redact_target(target)!r}: {why}")
+
+
+def _parse_hosts(target: str, hostlist: str) -> tuple[tuple[str, int], ...]:
+    hosts: list[tuple[str, int]] = []
+    for item in hostlist.split(","):
+        item = item.strip()
+        if item.startswith("["):  # [ipv6]:port
+            host, _, rest = item[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        else:
+            host, _, port_text = item.rpartition(":")
+            if not host:
+                host, port_text = item, ""
+        if not host:
+            raise _bad(target, f"empty host in {hostlist!r}")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise _bad(target, f"{item!r} needs a port (host:port)")
+        hosts.append((host, int(port_text)))
+    return tuple(hosts)
+
+
+def parse_target(target: str) -> TargetSpec:
+    """Parse any accepted target into a :class:`TargetSpec`; errors name what is wrong."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"redis backend target must be {_TARGET_FORMS}")
+    text = target.strip()
+    scheme_text, sep, rest = text.partition("://")
+    topology = _TOPOLOGY_SCHEMES.get(scheme_text.lower()) if sep else None
+    if topology is None:
+        try:
+            parts = urlsplit(text)
+        except ValueError as exc:
+            raise _bad(target, str(exc)) from None
+        scheme = _SCHEMES.get(parts.scheme.lower())
+        if scheme is None:
+            raise _bad(target, f"use {_TARGET_FORMS}")
+        url = urlunsplit((scheme, *parts[1:]))
+        return TargetSpec(
+            "single", url, scheme, (), parts.username, parts.password, 0, None, parts.query
+        )
+    return _parse_topology(target, scheme_text.lower(), rest, *topology)
+
+
+def _parse_topology(
+    target: str, scheme_text: str, rest: str, kind: TopologyKind, scheme: str
+) -> TargetSpec:
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    if "?" in netloc:  # no path: "host:port?ssl_cert_reqs=none"
+        netloc, _, query = netloc.partition("?")
+    userinfo, at, hostlist = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    if not hostlist:
+        raise _bad(target, f"no {'seed node' if kind == 'cluster' else 'sentinel'} host:port given")
+    hosts = _parse_hosts(target, hostlist)
+    segments = [s for s in path.split("/") if s]
+    service = None
+    if kind == "sentinel":
+        if not segments:
+            raise _bad(target, "name the sentinel service: redis+sentinel://host:port/SERVICE[/db]")
+        service, segments = unquote(segments[0]), segments[1:]
+    if len(segments) > 1 or (segments and not segments[0].isdigit()):
+        raise _bad(target, f"unexpected path {path!r} (only a db number may follow)")
+    db = int(segments[0]) if segments else 0
+    if kind == "cluster" and db != 0:
+        raise _bad(target, "a Redis Cluster has only db 0")
+    url = f"{scheme_text}://{rest}"
+    return TargetSpec(kind, url, scheme, hosts, username, password, db, service, query)
+
+
+def normalize_target(target: str) -> str:
+    """Return ``target`` with a redis-py scheme (topologies kept); reject anything else clearly."""
+    return parse_target(target).url
 
 
 def target_has_password(target: str) -> bool:
     """Return whether the URL itself carries a password."""
     try:
-        return urlsplit(target).password is not None
+        return parse_target(target).password is not None
     except ValueError:
         return False
 

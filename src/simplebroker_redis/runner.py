@@ -13,7 +13,15 @@ becomes a script run, and the one rule for failures:
   connection error;
 - a namespace found uninitialized (cleaned up by another process) is
   initialized again and the call retried once: scripts validate before they
-  write, so the retry cannot double-apply.
+  write, so the retry cannot double-apply;
+- on a Cluster or Sentinel target, replies that say the command was refused
+  *before* it ran (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY from a demoted
+  primary, LOADING, BUSY, a connection that could not be opened, no primary
+  known) are followed or retried with backoff for up to ``pool_timeout``
+  seconds; MOVED and ASK go to the node they name;
+- with ``wait_replicas``/``wait_aof``, every state-changing script is
+  pipelined with ``WAIT``/``WAITAOF`` on the same connection (one round
+  trip); too few acknowledgements raise :class:`~.errors.ReplicationTimeout`.
 
 A ``RedisRunner`` opens nothing until first use, and a forked child builds
 its own pool the first time it touches the runner (it never reuses its
@@ -24,22 +32,33 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, Unpack
 
 import redis
+import redis.exceptions as rx
 from simplebroker import BrokerTarget
 from simplebroker.ext import DataError, MaintenanceSchedule, OperationalError
 
 from .calls import Call, key_types
 from .calls import init as init_call
-from .connection import Connections, config_settings
-from .errors import NamespaceMissing, WrongType, translate
+from .connection import Address, Connections, Route, config_settings
+from .errors import NamespaceMissing, ReplicationTimeout, WrongType, translate
 from .ids import HighWaterClock
 from .keys import Keyspace
 from .options import BackendOptions, OptionKwargs
-from .scripts import SCRIPT_NAMES, ScriptName, function_name, library, script_source
+from .scripts import (
+    READ_ONLY,
+    SCRIPT_NAMES,
+    ScriptName,
+    function_name,
+    library,
+    script_sha,
+    script_source,
+)
 
 if TYPE_CHECKING:
     from simplebroker.ext import BackendPlugin
@@ -48,6 +67,20 @@ R = TypeVar("R")
 
 _POOL_EXHAUSTED = "No connection available."
 _FUNCTION_MISSING = "Function not found"
+
+#: Scripts never followed by WAIT: reads, and ``init`` (a namespace lost in a
+#: failover is created again by the next call, see :class:`Attempt`).
+_NOT_DURABLE: Final[frozenset[str]] = READ_ONLY | {"init"}
+
+#: First and longest pause between retries of a refused command (seconds).
+REFUSED_PAUSE: Final[tuple[float, float]] = (0.02, 0.5)
+
+# redis-py's words for a connection that could not be opened (nothing was
+# sent), and SentinelManagedConnection's for a READONLY reply.
+_NOT_SENT_RE: Final = re.compile(
+    r"(?i)error [-\d]+ connecting to|connecting to the cluster|connection refused|"
+    r"timeout connecting|previous master is now a slave|no master found"
+)
 
 
 def register_scripts(client: Any) -> dict[ScriptName, Any]:
@@ -118,13 +151,11 @@ class RunnerBase:
             backend_name="redis", target=self.target, backend_options=self.options.to_dict()
         )
 
-    def _operation(
-        self, call: Call[Any], scripts: Mapping[ScriptName, Any]
-    ) -> Callable[[Any], Any]:
-        """Return ``call`` as a function of a client (sync or asyncio alike).
+    def _operation(self, call: Call[Any]) -> Callable[[Any], Any]:
+        """Return ``call`` as a function of a client or pipeline (sync or asyncio alike).
 
-        ``scripts`` are the client's registered EVALSHA scripts, used when
-        the backend option ``scripting`` is ``"eval"``.
+        With the backend option ``scripting = "eval"`` a script runs by
+        EVALSHA; NOSCRIPT makes :class:`Attempt` load it and try again.
         """
         if call.command is not None:
             return call.command
@@ -132,13 +163,78 @@ class RunnerBase:
         keys = [*self._fixed_keys, *call.extra_keys] if call.extra_keys else self._fixed_keys
         args = [self.keys.wake_prefix, *call.args]
         if self.options.scripting == "eval":
-            script = scripts[call.script]
-            return lambda client: script(keys=keys, args=args, client=client)
+            sha = script_sha(call.script)
+            return lambda client: client.evalsha(sha, len(keys), *keys, *args)
         name = function_name(call.script)
         return lambda client: client.fcall(name, len(keys), *keys, *args)
 
-    def _attempt(self, call: Call[Any]) -> Attempt:
-        return Attempt(self.where, self.keys, call)
+    def _attempt(self, call: Call[Any], moved: Callable[[Address | None], None]) -> Attempt:
+        deadline = time.monotonic() + self.pool_timeout if self.connections.routed else None
+        return Attempt(self.where, self.keys, call, deadline=deadline, moved=moved)
+
+    def durable(self, call: Call[Any]) -> bool:
+        """Return whether ``call`` is followed by WAIT/WAITAOF (a state-changing script)."""
+        return (
+            self.options.durable
+            and call.script is not None
+            and call.script not in _NOT_DURABLE
+            and not call.idempotent
+        )
+
+    def _pipelined(
+        self, pipe: Any, operation: Callable[[Any], Any], call: Call[Any], ask: bool
+    ) -> int:
+        """Queue ``operation`` on ``pipe`` (after ASKING, before WAITs); return its index."""
+        if ask:
+            pipe.execute_command("ASKING")
+        operation(pipe)
+        if self.durable(call):
+            timeout_ms = max(1, round(self.options.wait_timeout * 1000))
+            if self.options.wait_replicas:
+                pipe.execute_command("WAIT", self.options.wait_replicas, timeout_ms)
+            if self.options.wait_aof:
+                pipe.execute_command("WAITAOF", 1, self.options.wait_replicas, timeout_ms)
+        return 1 if ask else 0
+
+    def _settled(self, replies: Sequence[Any], index: int) -> Any:
+        """Return the operation's reply from a pipeline; raise its error or a short WAIT."""
+        reply = replies[index]
+        if isinstance(reply, Exception):
+            raise reply
+        waits = replies[index + 1 :]
+        wanted = self.options.wait_replicas
+        problem = None
+        if wanted and waits:
+            acked, waits = waits[0], waits[1:]
+            if isinstance(acked, Exception):
+                problem = f"WAIT failed: {acked}"
+            elif int(acked) < wanted:
+                problem = f"{acked} of {wanted} replicas acknowledged it"
+        if problem is None and waits:
+            fsynced = waits[0]
+            if isinstance(fsynced, Exception):
+                problem = f"WAITAOF failed: {fsynced}"
+            elif int(fsynced[0]) < 1 or int(fsynced[1]) < wanted:
+                problem = (
+                    f"the AOF of {'the primary and ' if int(fsynced[0]) else ''}"
+                    f"{fsynced[1]} of {wanted} replicas fsynced it"
+                    + ("" if int(fsynced[0]) else " (not the primary's)")
+                )
+        if problem is not None:
+            raise ReplicationTimeout(
+                f"the write to {self.where} happened, but within wait_timeout="
+                f"{self.options.wait_timeout:g} s {problem}: it may not survive a failover"
+            )
+        return reply
+
+    def _aof_problem(self, version: tuple[int, ...]) -> OperationalError | None:
+        """Return the error when the server's version has no WAITAOF (before 7.2)."""
+        if version < (7, 2):
+            return OperationalError(
+                f"backend option wait_aof needs WAITAOF (Valkey or Redis 7.2+), which the "
+                f"server at {self.where} does not have; nothing was written"
+            )
+        return None
 
 
 def _loaded(reply: Any) -> None:
@@ -148,6 +244,25 @@ def _loaded(reply: Any) -> None:
 #: Loads the Functions library (idempotent: the same name replaces itself).
 LOAD_LIBRARY: Final[Call[None]] = Call(
     _loaded, command=lambda client: client.function_load(library(), replace=True)
+)
+
+
+def load_script(name: ScriptName) -> Call[None]:
+    """Return the call that loads script ``name`` for EVALSHA (after NOSCRIPT)."""
+    source = script_source(name)
+    return Call(_loaded, command=lambda client: client.script_load(source))
+
+
+def _version(info: Any) -> tuple[int, ...]:
+    text = str(info.get("valkey_version") or info.get("redis_version") or "0")
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+#: Asks for the server's version: WAITAOF (``wait_aof``) needs Valkey or Redis 7.2+.
+#: (INFO rather than COMMAND INFO: the ACL line grants it, and redis-py cannot
+#: parse COMMAND INFO of an unknown command.)
+WAITAOF_INFO: Final[Call[tuple[int, ...]]] = Call(
+    _version, command=lambda client: client.info("server"), idempotent=True
 )
 
 
@@ -166,21 +281,87 @@ class Attempt:
       key types, and raise a ``DataError`` naming the damaged key.
 
     An idempotent call is also tried once more after a connection error
-    (no remedy).
+    (no remedy). With a ``deadline`` (Cluster, Sentinel), a reply that says
+    the command was refused before it ran is retried until the deadline:
+    MOVED re-points the route (``moved``), ASK sends the next try to the
+    node it names, the others pause first (:attr:`pause`). Any other
+    connection error makes the route ask where the primary is next time.
     """
 
-    __slots__ = ("_remedy", "_tried", "call", "keys", "where", "wrong_type")
+    __slots__ = (
+        "_deadline",
+        "_moved",
+        "_next_ask",
+        "_refusals",
+        "_remedy",
+        "_tried",
+        "ask",
+        "call",
+        "keys",
+        "pause",
+        "where",
+        "wrong_type",
+    )
 
-    def __init__(self, where: str, keys: Keyspace, call: Call[Any]) -> None:
+    def __init__(
+        self,
+        where: str,
+        keys: Keyspace,
+        call: Call[Any],
+        *,
+        deadline: float | None = None,
+        moved: Callable[[Address | None], None] | None = None,
+    ) -> None:
         self.where = where
         self.keys = keys
         self.call = call
         self.wrong_type: WrongType | None = None
         self._remedy: Call[Any] | None = None
         self._tried: set[str] = set()  #: what was done again already (each at most once)
+        self._deadline = deadline
+        self._moved = moved
+        self._refusals = 0
+        self._next_ask: Address | None = None
+        self.ask: Address | None = None  #: this try goes to that node, after ASKING
+        self.pause = 0.0  #: seconds to wait before the next try
 
     def __enter__(self) -> None:
         self._remedy = None
+        self.pause = 0.0
+        self.ask, self._next_ask = self._next_ask, None
+
+    def _refused(self, exc: redis.RedisError) -> bool:
+        """Return whether to try again: ``exc`` says nothing ran, and time is left."""
+        refused = (
+            isinstance(
+                exc,
+                (rx.AskError, rx.TryAgainError, rx.ClusterDownError, rx.ReadOnlyError),
+            )
+            or (
+                isinstance(exc, (rx.ConnectionError, rx.TimeoutError))
+                and (isinstance(exc, rx.BusyLoadingError) or bool(_NOT_SENT_RE.search(str(exc))))
+            )
+            or (isinstance(exc, rx.ResponseError) and str(exc).startswith("BUSY"))
+        )
+        if not refused:
+            if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)) and self._moved:
+                self._moved(None)  # the primary may have changed: ask next time
+            return False
+        assert self._deadline is not None
+        if time.monotonic() >= self._deadline:
+            return False
+        if isinstance(exc, rx.MovedError):
+            if self._moved:
+                self._moved((str(exc.host), int(exc.port)))
+        elif isinstance(exc, rx.AskError):
+            self._next_ask = (str(exc.host), int(exc.port))
+        else:
+            if self._moved and not isinstance(exc, (rx.TryAgainError, rx.BusyLoadingError)):
+                self._moved(None)
+            first, longest = REFUSED_PAUSE
+            self.pause = min(longest, first * 2**self._refusals)
+            self._refusals += 1
+        return True
 
     def _once(self, what: str) -> bool:
         if what in self._tried:
@@ -191,6 +372,8 @@ class Attempt:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
         if not isinstance(exc, redis.RedisError):
             return False
+        if self._deadline is not None and self._refused(exc):
+            return True
         error = translate(exc, self.where)
         if isinstance(error, WrongType) and self._once("types"):
             error.__cause__ = exc
@@ -201,7 +384,11 @@ class Attempt:
             if isinstance(error, NamespaceMissing) and self.call.script != "init":
                 self._remedy = init_call("init") if self._once("init") else None
             elif _FUNCTION_MISSING in str(exc):
-                self._remedy = LOAD_LIBRARY if self._once("load") else None
+                # Once per node: an ASK target may lack it while the source has it.
+                self._remedy = LOAD_LIBRARY if self._once(f"load {self.ask}") else None
+            elif isinstance(exc, rx.NoScriptError):
+                load = self._once(f"load {self.ask}")
+                self._remedy = load_script(self.call.script) if load else None
             if self._remedy is not None:
                 return True
         if (
@@ -246,8 +433,8 @@ class RedisRunner(RunnerBase):
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._client: redis.Redis | None = None
-        self._scripts: dict[ScriptName, Any] = {}
+        self._route: Route | None = None
+        self._aof_checked = False
         self._initialized = False
         self._closed = False
         self._clock: HighWaterClock | None = None
@@ -282,48 +469,72 @@ class RedisRunner(RunnerBase):
                 schedule = self._schedules[interval] = MaintenanceSchedule(interval)
             return schedule
 
-    def _ensure_client(self) -> redis.Redis:
+    def _ensure_route(self) -> Route:
         pid = os.getpid()
-        client = self._client
-        if client is not None and pid == self._pid:
-            return client
+        route = self._route
+        if route is not None and pid == self._pid:
+            return route
         if pid != self._pid:
-            # Forked child: drop the parent's pool and lock without touching
+            # Forked child: drop the parent's pools and lock without touching
             # its sockets (redis-py only shuts sockets down in their own pid).
             self._lock = threading.Lock()
             self.maintenance_lock = threading.Lock()
             self._pid = pid
-            self._client = None
+            self._route = None
             self._initialized = False
         with self._lock:
             if self._closed:
                 raise OperationalError(f"RedisRunner for {self.where} is closed")
-            if self._client is None:
-                client = self.connections.client()
-                self._scripts = register_scripts(client)
-                self._client = client
-            return self._client
+            if self._route is None:
+                self._route = Route(self.connections)
+            return self._route
 
     @property
     def client(self) -> redis.Redis:
-        """Return this process's client (created on first use)."""
-        return self._ensure_client()
+        """Return this process's client of the namespace's primary (created on first use)."""
+        route = self._ensure_route()
+        try:
+            return route.primary()
+        except redis.RedisError as exc:
+            raise translate(exc, self.where) from exc
 
     @property
     def scripts(self) -> Mapping[ScriptName, Any]:
-        """Return this process's registered scripts (redis-py ``Script`` objects)."""
-        self._ensure_client()
-        return self._scripts
+        """Return redis-py ``Script`` objects of every script, on this process's client."""
+        return register_scripts(self.client)
 
     def run(self, call: Call[R]) -> R:
         """Run ``call`` (one round trip) and return its parsed reply."""
-        client = self._ensure_client()
-        operation, attempt = self._operation(call, self._scripts), self._attempt(call)
+        route = self._ensure_route()
+        operation, attempt = self._operation(call), self._attempt(call, route.moved)
+        if self.durable(call) and self.options.wait_aof and not self._aof_checked:
+            problem = self._aof_problem(self.run(WAITAOF_INFO))
+            if problem is not None:
+                raise problem
+            self._aof_checked = True
         while True:
             with attempt:
-                return call.parse(operation(client))
+                client = route.primary() if attempt.ask is None else route.node(attempt.ask)
+                if attempt.ask is None and not self.durable(call):
+                    return call.parse(operation(client))
+                pipe = client.pipeline(transaction=False)
+                index = self._pipelined(pipe, operation, call, attempt.ask is not None)
+                return call.parse(self._settled(pipe.execute(raise_on_error=False), index))
+            if attempt.pause:
+                time.sleep(attempt.pause)
             if attempt.remedy is not None:
-                attempt.remedied(self.run(attempt.remedy))
+                if attempt.ask is not None:  # load the scripts where ASK sent the try
+                    attempt.remedied(self._on_node(route.node(attempt.ask), attempt.remedy))
+                else:
+                    attempt.remedied(self.run(attempt.remedy))
+
+    def _on_node(self, client: redis.Redis, call: Call[R]) -> R:
+        """Run the plain-command ``call`` once on ``client`` (a remedy on an ASK target)."""
+        assert call.command is not None
+        try:
+            return call.parse(call.command(client))
+        except redis.RedisError as exc:
+            raise translate(exc, self.where) from exc
 
     def execute(self, operation: Callable[[redis.Redis], R], *, idempotent: bool = False) -> R:
         """Run plain commands ``operation(client)`` under the same failure rule."""
@@ -351,9 +562,9 @@ class RedisRunner(RunnerBase):
     def close(self) -> None:
         """Disconnect this process's pool; the runner reconnects on next use."""
         with self._lock:
-            client, self._client = self._client, None
-        if client is not None and self._pid == os.getpid():
-            client.connection_pool.disconnect()
+            route, self._route = self._route, None
+        if route is not None and self._pid == os.getpid():
+            route.close()
 
     def shutdown(self) -> None:
         """Close the pool for good; later use raises ``OperationalError``."""

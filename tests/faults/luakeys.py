@@ -25,7 +25,7 @@ _CLOSERS = {"end", "until"}
 
 #: Commands without a key, and where each other command keeps its key.
 KEYLESS = {"TIME"}
-CHANNEL_COMMANDS = {"PUBLISH"}
+CHANNEL_COMMANDS = {"PUBLISH", "SPUBLISH"}
 
 
 def tokenize(source: str) -> list[str]:

@@ -45,7 +45,7 @@ MINIMAL_RULES = (
     "+fcall +time +type +exists +del +unlink +scan "
     "+hget +hmget +hgetall +hkeys +hexists +hvals +hset +hdel +hincrby "
     "+zrange +zcard +zscore +zmscore +zlexcount +zadd +zrem +xadd +xrange +xdel "
-    "+get +set +getdel +publish +subscribe +unsubscribe +ping +info +memory|usage "
+    "+get +set +getdel +spublish +ssubscribe +sunsubscribe +ping +info +memory|usage "
     "+client|setname"
 ).split()
 

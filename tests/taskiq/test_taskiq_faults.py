@@ -259,7 +259,7 @@ async def test_wakeups_reconnect_after_a_server_restart(restartable, namespace):
     assert time.monotonic() - started < 2.0
     publisher = redis.Redis.from_url(restartable.url)
     assert await wakeups.wait(0.01) is False
-    publisher.publish(runner.keys.wake_channel("q"), "1")
+    publisher.spublish(runner.keys.wake_channel("q"), "1")
     assert await wakeups.wait(2.0), "a publish after the restart was not seen"
     publisher.close()
     await wakeups.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncGenerator, Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
@@ -31,6 +32,7 @@ from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
 from .routing import DEFAULT_QUEUE, listened_queues, priority_of, priority_queue, sources
 from .runtime import Runtime
+from .shards import check_shards, merged, shard_index, shard_runners
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -97,7 +99,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     """Taskiq broker on simplebroker-redis: leases, heartbeat, delays, dead letters.
 
     Args:
-        url: ``redis://``/``rediss://``/``unix://`` URL. Default:
+        url: ``redis://``/``rediss://``/``unix://``/``redis+cluster://``/
+            ``redis+sentinel://`` URL. Default:
             ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
             project's ``.broker.toml`` (see :mod:`.connection`).
         runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
@@ -129,6 +132,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             ``allkeys-*`` (it may then evict queued tasks).
         result_backend: Taskiq's result backend (or use ``with_result_backend``).
         task_id_generator: Taskiq's task ID generator.
+        shards: Spread the queue over this many namespaces (hash slots, so
+            cluster nodes); see :mod:`.shards`. 1: the namespace itself.
+        wait_replicas, wait_timeout, wait_aof: Durability backend options
+            (WAIT/WAITAOF after every state change); default: the project's.
+        sentinel_password: Password of the sentinels (``redis+sentinel://``).
         connection_kwargs: redis-py connection options (see
             :data:`.connection.URL_OPTIONS`).
 
@@ -155,6 +163,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         allow_eviction: bool = False,
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
+        shards: int = 1,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
+        wait_aof: bool | None = None,
+        sentinel_password: str | None = None,
         **connection_kwargs: Any,
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
@@ -164,11 +177,20 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             namespace,
             pool_size(max_connections, max_connection_pool_size),
             connection_options=connection_kwargs,
+            backend_options={
+                "wait_replicas": wait_replicas,
+                "wait_timeout": wait_timeout,
+                "wait_aof": wait_aof,
+                "sentinel_password": sentinel_password,
+            },
         )
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
         self.priorities = bool(priorities)
+        self.shards = check_shards(shards)
+        #: One runner per shard (``[runner]`` unsharded); see :mod:`.shards`.
+        self.shard_runners = shard_runners(self.runner, self.shards)
         self.prefetch = _count("prefetch", prefetch)
         self.lease_seconds = _number("lease_seconds", lease_seconds)
         self.heartbeat_interval = _number("heartbeat_interval", heartbeat_interval)
@@ -191,8 +213,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         #: (queue, dead-letter queue) a worker reserves from, in order.
         self.sources = sources(self.queues, self.dead_letter_queues, priorities=self.priorities)
         self.allow_eviction = bool(allow_eviction)
-        self._messages = AsyncMessages(self.runner)
-        self._runtime: Runtime | None = None
+        self._messages = [AsyncMessages(shard) for shard in self.shard_runners]
+        self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
         self.add_middlewares(_RejectionMarker(self))
 
@@ -228,12 +250,18 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 ``allow_eviction`` is False (for this broker or its result backend).
 
         """
-        await self.runner.ensure_initialized()
+        for shard in self.shard_runners:
+            await shard.ensure_initialized()
         await check_eviction(
             self.runner, allow_eviction=self.allow_eviction, owner="SimpleBrokerTaskiqBroker"
         )
         backend = self.result_backend
         if isinstance(backend, SimpleBrokerResultBackend):
+            if backend.shards != self.shards:
+                raise ConfigurationError(
+                    f"the result backend has shards={backend.shards}, the broker "
+                    f"shards={self.shards}: give both the same"
+                )
             await backend.check_server()
         self._unchecked = False
 
@@ -261,73 +289,94 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 raise ConfigurationError("label 'priority': this broker has priorities=False")
             queue = priority_queue(queue, priority)
         delay = delay_seconds(labels.get("delay"))
-        await self._messages.write(queue, encode_body(message.message), delay_seconds=delay)
+        messages = self._messages[shard_index(message.task_id, self.shards)]
+        await messages.write(queue, encode_body(message.message), delay_seconds=delay)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
-        """Return the generator of this worker's tasks (call from the running loop)."""
-        runtime = self._runtime_here()
-        listener = TaskListener(
-            runtime,
-            sources=self.sources,
-            name=self._description(),
-            prefetch=self.prefetch,
-            lease_seconds=self.lease_seconds,
-            max_deliveries=self.max_deliveries,
-            ready=self._until_checked,
-        )
-        return listener.messages()
+        """Return the generator of this worker's tasks (call from the running loop).
+
+        With shards, one listener per shard (each reserving up to
+        ``prefetch / shards`` ahead), taken in turn.
+        """
+        runtimes = self._runtimes_here()
+        prefetch = max(1, -(-self.prefetch // self.shards))
+        listeners = [
+            TaskListener(
+                runtime,
+                sources=self.sources,
+                name=self._description(),
+                prefetch=prefetch,
+                lease_seconds=self.lease_seconds,
+                max_deliveries=self.max_deliveries,
+                ready=self._until_checked,
+            ).messages()
+            for runtime in runtimes
+        ]
+        if len(listeners) == 1:
+            return listeners[0]
+        return merged(listeners)  # type: ignore[return-value] # an async generator
 
     async def shutdown(self) -> None:
         """Send pending acknowledgements, hand back held tasks, close connections."""
-        runtime, self._runtime = self._runtime, None
+        runtimes, self._runtimes = self._runtimes, []
         try:
-            if runtime is not None and runtime.is_current():
-                await runtime.committer.drain()
+            for runtime in runtimes:
+                if runtime.is_current():
+                    await runtime.committer.drain()
             await super().shutdown()
         finally:
-            if runtime is not None:
+            for runtime in runtimes:
                 if runtime.is_current():
                     await runtime.close()
                 else:
                     runtime.heartbeat.stop()
-            await close_runner(self.runner)
+            for shard in {id(r): r for r in (self.runner, *self.shard_runners)}.values():
+                await close_runner(shard)
             backend = self.result_backend
             if isinstance(backend, SimpleBrokerResultBackend) and backend.runner is not self.runner:
                 # Closing the runtime may have stored dead-letter results
                 # through it after the backend's own shutdown.
                 await close_runner(backend.runner)
 
-    def _runtime_here(self) -> Runtime:
-        runtime = self._runtime
-        if runtime is not None and runtime.is_current():
-            return runtime
-        if runtime is not None:
+    def _runtimes_here(self) -> list[Runtime]:
+        runtimes = self._runtimes
+        if runtimes and all(runtime.is_current() for runtime in runtimes):
+            return runtimes
+        for runtime in runtimes:
             runtime.heartbeat.stop()
-        runtime = self._runtime = Runtime(
-            self.runner,
-            lease_seconds=self.lease_seconds,
-            heartbeat_interval=self.heartbeat_interval,
-            recover_interval=self.recover_interval,
-            dead_letter_queue=self.dead_letter_queue,
-            sources=self.sources,
-            max_deliveries=self.max_deliveries,
-            on_dead_lettered=self._dead_lettered,
-        )
+        runtimes = self._runtimes = [
+            Runtime(
+                shard,
+                lease_seconds=self.lease_seconds,
+                heartbeat_interval=self.heartbeat_interval,
+                recover_interval=self.recover_interval,
+                dead_letter_queue=self.dead_letter_queue,
+                sources=self.sources,
+                max_deliveries=self.max_deliveries,
+                on_dead_lettered=partial(self._dead_lettered, shard),
+            )
+            for shard in self.shard_runners
+        ]
         attach = getattr(self.result_backend, "attach_runtime", None)
         if callable(attach):
-            attach(runtime)
-        return runtime
+            for runtime in runtimes:
+                attach(runtime)
+        return runtimes
 
     def _description(self) -> str:
         """Return what the worker listens on, for its log."""
         names = ", ".join(self.queues)
         return f"{names} (priorities 0-9)" if self.priorities else names
 
-    async def _dead_lettered(self, entry: DeadLetterEntry) -> None:
-        """Give a dead-lettered task its error result and log it (once per dead letter)."""
+    async def _dead_lettered(self, shard: AsyncRedisRunner, entry: DeadLetterEntry) -> None:
+        """Give a dead-lettered task its error result and log it (once per dead letter).
+
+        ``shard`` is the namespace whose journal holds the entry: the task's
+        message and its result live there.
+        """
         await report_dead_letter(
             entry,
-            runner=self.runner,
+            runner=shard,
             formatter=self.formatter,
             backend=self.result_backend,
             where=self.runner.where,
@@ -362,6 +411,7 @@ class _RejectionMarker(TaskiqMiddleware):
     ) -> None:
         """Mark the running task's acknowledgement as a rejection."""
         if isinstance(exception, TaskRejectedError):
-            runtime = self._target._runtime
-            if runtime is not None and runtime.is_current():
-                runtime.mark_rejected()
+            # The task's own shard settles it; a mark on the others is never read.
+            for runtime in self._target._runtimes:
+                if runtime.is_current():
+                    runtime.mark_rejected()

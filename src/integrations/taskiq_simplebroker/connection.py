@@ -81,6 +81,18 @@ _OWN_OPTIONS: Final[dict[str, str]] = {
 }
 
 
+#: ``[backend_options]`` a runner made here takes from the project (or the class).
+_PASSED_OPTIONS: Final[tuple[str, ...]] = (
+    "pool_timeout",
+    "stale_batch_seconds",
+    "scripting",
+    "wait_replicas",
+    "wait_timeout",
+    "wait_aof",
+    "sentinel_password",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Server:
     """Where a new runner connects, and where that was decided."""
@@ -198,15 +210,23 @@ def make_runner(
     *,
     connection_options: Mapping[str, Any] | None = None,
     default_max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> AsyncRedisRunner:
-    """Return ``runner``, or a new one for the chosen server (see the module docstring)."""
+    """Return ``runner``, or a new one for the chosen server (see the module docstring).
+
+    ``backend_options`` (``wait_replicas``, ``wait_timeout``, ``wait_aof``,
+    ``sentinel_password``; None values ignored) override the project's.
+    """
+    given = {name: value for name, value in (backend_options or {}).items() if value is not None}
     if runner is not None:
         if url is not None:
             raise ConfigurationError("pass url or runner, not both")
         if namespace is not None and namespace != runner.keys.namespace:
             raise ConfigurationError("namespace differs from the runner's namespace")
-        if connection_options:
-            raise ConfigurationError("connection options apply where the runner is made")
+        if connection_options or given:
+            raise ConfigurationError(
+                "connection and backend options apply where the runner is made"
+            )
         return runner
     server = choose_server(url)
     options = dict(server.options)
@@ -214,9 +234,8 @@ def make_runner(
         options["namespace"] = namespace
     if max_connections is not None:
         options["max_connections"] = max_connections
-    extra = {
-        name: options[name] for name in ("pool_timeout", "stale_batch_seconds") if name in options
-    }
+    options.update(given)
+    extra = {name: options[name] for name in _PASSED_OPTIONS if name in options}
     target = with_connection_options(server.target, connection_options or {})
     try:
         return AsyncRedisRunner(

@@ -30,11 +30,11 @@ from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.result_backends.dummy import DummyResultBackend
 
 from simplebroker_redis.aio import AsyncActivity, AsyncLeases, AsyncRedisRunner
+from simplebroker_redis.aio.tasks import stop_task
 from simplebroker_redis.calls import JOURNAL_START, DeadLetterEntry, ValueWrite
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, DeadLetteredError, is_transient
-from .loops import stop_task
 
 logger = logging.getLogger("taskiq_simplebroker")
 

@@ -13,6 +13,8 @@ import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
 from taskiq.exceptions import ResultGetError, TaskiqError
 
+from simplebroker_redis import ReplicationTimeout
+
 # The backend's reconnect backoff bounds serve every retry loop here too.
 from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
 
@@ -90,7 +92,9 @@ def is_transient(exc: BaseException) -> bool:
     (a new reservation, settling the same IDs again, renewing leases).
     """
     if isinstance(exc, OperationalError):
-        if exc.retryable:
+        # ReplicationTimeout (wait_replicas): the operation happened but is not
+        # replicated yet; the operations retried here may be repeated.
+        if exc.retryable or isinstance(exc, ReplicationTimeout):
             return True
         exc = exc.__cause__ if exc.__cause__ is not None else exc
     # A refused password (redis-py's AuthenticationError is a ConnectionError)

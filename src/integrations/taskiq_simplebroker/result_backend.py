@@ -32,6 +32,7 @@ from .connection import close_runner, make_runner, pool_size
 from .errors import ConfigurationError, ResultIsMissingError
 from .eviction import check_server
 from .runtime import Runtime
+from .shards import check_shards, shard_index, shard_runners
 
 _ReturnType = TypeVar("_ReturnType")
 
@@ -69,6 +70,10 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
             ``max_connection_pool_size`` is accepted too.
         allow_eviction: Start even if the server's ``maxmemory-policy`` is
             ``allkeys-*`` (it may evict results and queued tasks).
+        shards: The broker's ``shards``: results live in the shard of their
+            task ID (see :mod:`.shards`).
+        wait_replicas, wait_timeout, wait_aof, sentinel_password: backend
+            options, as for the broker (when ``url`` is used).
         connection_kwargs: redis-py connection options (see
             :data:`.connection.URL_OPTIONS`).
 
@@ -88,6 +93,11 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         max_connection_pool_size: int | None = None,
         allow_eviction: bool = False,
         redis_url: str | None = None,
+        shards: int = 1,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
+        wait_aof: bool | None = None,
+        sentinel_password: str | None = None,
         **connection_kwargs: Any,
     ) -> None:
         if url is not None and redis_url is not None:
@@ -99,7 +109,16 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
             namespace,
             pool_size(max_connections, max_connection_pool_size),
             connection_options=connection_kwargs,
+            backend_options={
+                "wait_replicas": wait_replicas,
+                "wait_timeout": wait_timeout,
+                "wait_aof": wait_aof,
+                "sentinel_password": sentinel_password,
+            },
         )
+        self.shards = check_shards(shards)
+        self._shard_runners = shard_runners(self.runner, self.shards)
+        self._runtimes: dict[str, Runtime] = {}  #: by shard namespace
         self.keep_results = bool(keep_results)
         self.expiry_ms = _expiry_ms(result_ex_time, result_px_time)
         self.serializer = serializer
@@ -111,6 +130,14 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """Let a listening broker on the same server send results with its acks."""
         if runtime.runner.sync.identity[:2] == self.runner.sync.identity[:2]:
             self._runtime = runtime
+            self._runtimes[runtime.runner.keys.namespace] = runtime
+
+    def _shard(self, task_id: str) -> tuple[AsyncRedisRunner, Runtime | None]:
+        """Return the runner of ``task_id``'s shard and the attached runtime of it, if any."""
+        if self.shards == 1:
+            return self.runner, self._runtime
+        runner = self._shard_runners[shard_index(task_id, self.shards)]
+        return runner, self._runtimes.get(runner.keys.namespace)
 
     def defer_server_check(self) -> None:
         """Leave the start-up check to a broker that runs it with its own.
@@ -137,8 +164,12 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """Close this backend's connections (when it owns its runner)."""
         await super().shutdown()
         self._runtime = None
+        self._runtimes.clear()
         if self._owns_runner:
             await close_runner(self.runner)
+        for shard in self._shard_runners:
+            if shard is not self.runner:
+                await close_runner(shard)
 
     # -- encoding ------------------------------------------------------------------
     def _dump(self, model: BaseModel) -> str:
@@ -162,26 +193,27 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
             return model.model_validate_json(text)
         return model.model_validate(self.serializer.loadb(decode_body(text)))
 
-    async def _settled(self, key: str) -> None:
-        runtime = self._runtime
+    @staticmethod
+    async def _settled(runtime: Runtime | None, key: str) -> None:
         if runtime is not None:
             await runtime.written(key)
 
     # -- results -------------------------------------------------------------------
     async def set_result(self, task_id: str, result: TaskiqResult[_ReturnType]) -> None:
         """Store the result of ``task_id`` (in a worker: with the task's ack)."""
-        key = self.runner.keys.result_key(task_id)
+        runner, runtime = self._shard(task_id)
+        key = runner.keys.result_key(task_id)
         write = ResultWrite(key, self._dump(result), self.expiry_ms)
-        runtime = self._runtime
         if runtime is not None and runtime.stash(write):
             return
-        await self.runner.execute(lambda client: client.set(write.key, write.value, px=write.px))
+        await runner.execute(lambda client: client.set(write.key, write.value, px=write.px))
 
     async def set_result_if_absent(self, task_id: str, result: TaskiqResult[_ReturnType]) -> bool:
         """Store the result of ``task_id`` unless it has one; True when stored (``SET NX``)."""
-        key = self.runner.keys.result_key(task_id)
+        runner, _ = self._shard(task_id)
+        key = runner.keys.result_key(task_id)
         value = self._dump(result)
-        stored = await self.runner.execute(
+        stored = await runner.execute(
             lambda client: client.set(key, value, px=self.expiry_ms, nx=True)
         )
         return bool(stored)
@@ -195,15 +227,17 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         that acknowledges the journal entry; that works only when this
         backend stores results in ``runner``'s namespace on the same server.
         """
-        if runner.identity != self.runner.identity:
+        shard, _ = self._shard(task_id)
+        if runner.identity != shard.identity:
             return None
-        return ValueWrite(self.runner.keys.result_key(task_id), self._dump(result), self.expiry_ms)
+        return ValueWrite(shard.keys.result_key(task_id), self._dump(result), self.expiry_ms)
 
     async def is_result_ready(self, task_id: str) -> bool:
         """Return whether a result of ``task_id`` is stored."""
-        key = self.runner.keys.result_key(task_id)
-        await self._settled(key)
-        return bool(await self.runner.execute(lambda client: client.exists(key), idempotent=True))
+        runner, runtime = self._shard(task_id)
+        key = runner.keys.result_key(task_id)
+        await self._settled(runtime, key)
+        return bool(await runner.execute(lambda client: client.exists(key), idempotent=True))
 
     async def get_result(self, task_id: str, with_logs: bool = False) -> TaskiqResult[_ReturnType]:
         """Return the result of ``task_id``; consume it when ``keep_results`` is False.
@@ -212,15 +246,16 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
             ResultIsMissingError: No result is stored (yet, or any more).
 
         """
-        key = self.runner.keys.result_key(task_id)
-        await self._settled(key)
+        runner, runtime = self._shard(task_id)
+        key = runner.keys.result_key(task_id)
+        await self._settled(runtime, key)
         if self.keep_results:
-            raw = await self.runner.execute(lambda client: client.get(key), idempotent=True)
+            raw = await runner.execute(lambda client: client.get(key), idempotent=True)
         else:
-            raw = await self.runner.execute(lambda client: client.getdel(key))
+            raw = await runner.execute(lambda client: client.getdel(key))
             if raw is not None:
-                progress = self.runner.keys.progress_key(task_id)
-                await self.runner.execute(lambda client: client.unlink(progress))
+                progress = runner.keys.progress_key(task_id)
+                await runner.execute(lambda client: client.unlink(progress))
         if raw is None:
             raise ResultIsMissingError(f"no result stored for task {task_id}")
         result: TaskiqResult[_ReturnType] = self._load(raw, TaskiqResult)
@@ -231,14 +266,16 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
     # -- progress ------------------------------------------------------------------
     async def set_progress(self, task_id: str, progress: TaskProgress[Any]) -> None:
         """Store the progress of ``task_id`` (same expiry as results)."""
-        key = self.runner.keys.progress_key(task_id)
+        runner, _ = self._shard(task_id)
+        key = runner.keys.progress_key(task_id)
         value = self._dump(progress)
-        await self.runner.execute(lambda client: client.set(key, value, px=self.expiry_ms))
+        await runner.execute(lambda client: client.set(key, value, px=self.expiry_ms))
 
     async def get_progress(self, task_id: str) -> TaskProgress[Any] | None:
         """Return the last progress stored for ``task_id``, or None."""
-        key = self.runner.keys.progress_key(task_id)
-        raw = await self.runner.execute(lambda client: client.get(key), idempotent=True)
+        runner, _ = self._shard(task_id)
+        key = runner.keys.progress_key(task_id)
+        raw = await runner.execute(lambda client: client.get(key), idempotent=True)
         if raw is None:
             return None
         progress: TaskProgress[Any] = self._load(raw, TaskProgress)

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import redis
+import redis.exceptions as rx
 
+from ..activity import STABLE_AFTER, SlotMoved
 from ..retry import BACKOFF_MAX, Backoff
 from ..validation import validate_queue_name
 from .runner import AsyncRedisRunner
+from .tasks import stop_task
 
 logger = logging.getLogger("simplebroker_redis")
 
@@ -26,12 +29,16 @@ class AsyncActivity:
     """Pub/Sub wake-ups for queues, read by the running event loop itself.
 
     Every script that makes messages of a queue claimable publishes on the
-    queue's wake channel. This subscribes on a dedicated asyncio connection
-    (never one of the command pool), so a wake-up reaches a waiting
-    coroutine without a thread hop. Wake-ups are hints: after every
-    (re)connect the waiter is woken once, since one may have been missed,
-    and the caller simply asks the server again. Reconnects back off from
-    0.1 s to 5 s; an idle subscription sends one PING per 30 s.
+    queue's wake channel (sharded Pub/Sub, see :mod:`..activity`). This
+    subscribes (``SSUBSCRIBE``) on a dedicated asyncio connection to the
+    namespace's primary (never one of the command pool), so a wake-up
+    reaches a waiting coroutine without a thread hop. Wake-ups are hints:
+    after every (re)connect the waiter is woken once, since one may have
+    been missed, and the caller simply asks the server again. A slot that
+    moved (the server's unrequested ``sunsubscribe``, or MOVED) or a failover
+    is an outage like any other: one warning, then a reconnect to the new
+    primary. Reconnects back off from 0.1 s to 5 s; an idle subscription
+    sends one PING per 30 s.
     """
 
     def __init__(self, runner: AsyncRedisRunner, queue_names: Sequence[str]) -> None:
@@ -76,31 +83,32 @@ class AsyncActivity:
     async def close(self) -> None:
         """Unsubscribe and close the connection (idempotent)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await stop_task(task)  # a plain cancel() can be lost on Python 3.11
 
     async def _run(self) -> None:
         clock = asyncio.get_running_loop().time
         backoff = Backoff()
-        failing = False
+        failing = restored = False
         while True:
             client = self._connections.async_subscriber()
-            pubsub: Any = client.pubsub(ignore_subscribe_messages=True)
+            pubsub: Any = client.pubsub()
             subscribed_at = None
             try:
-                await pubsub.subscribe(*self._channels)
+                await pubsub.ssubscribe(*self._channels)
                 subscribed_at = clock()
                 self._subscribed.set()
                 self._event.set()  # a wake-up may have been missed meanwhile
-                if failing:
+                if failing and not restored:
                     logger.info("wake-up subscription at %s restored", self._where)
-                failing = False
+                    restored = True
                 await self._serve(pubsub)
             except Exception as exc:  # noqa: BLE001 - the subscription must outlive any failure
+                if isinstance(exc, rx.MovedError):
+                    self._connections.moved((str(exc.host), int(exc.port)))
+                elif self._connections.kind == "cluster":
+                    self._connections.moved(None)  # ask the seeds where the slot is now
+                if subscribed_at is not None and clock() - subscribed_at >= STABLE_AFTER:
+                    failing = restored = False  # it lasted: this is a new outage
                 if not failing:
                     kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
                     logger.warning("wake-up subscription at %s %s: %r", self._where, kind, exc)
@@ -117,8 +125,11 @@ class AsyncActivity:
             started = clock()
             message = await pubsub.get_message(timeout=PING_INTERVAL)
             if message is not None:
-                if message.get("type") == "message":
+                kind = message.get("type")
+                if kind == "smessage":
                     self._event.set()
+                elif kind == "sunsubscribe":  # never requested: the slot moved
+                    raise SlotMoved(f"the server ended the subscription of {message['channel']}")
             elif clock() - started >= PING_INTERVAL:
                 # Idle: check the connection. (None alone does not mean idle:
                 # redis-py also returns None for replies it ignores, such as

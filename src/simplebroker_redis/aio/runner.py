@@ -9,23 +9,25 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio as aioredis
 
 from ..calls import Call
 from ..calls import init as init_call
-from ..runner import RedisRunner, RunnerBase, register_scripts
-from ..scripts import ScriptName
+from ..connection import AsyncRoute
+from ..errors import translate
+from ..runner import WAITAOF_INFO, RedisRunner, RunnerBase
 
 R = TypeVar("R")
 
 
 @dataclass(slots=True)
 class _LoopClient:
-    """The client (and its registered scripts) of one event loop."""
+    """The clients (:class:`~..connection.AsyncRoute`) of one event loop."""
 
-    client: aioredis.Redis
-    scripts: dict[ScriptName, Any]
+    route: AsyncRoute
     initialized: bool = False
+    aof_checked: bool = False
 
 
 class AsyncRedisRunner(RunnerBase):
@@ -51,19 +53,47 @@ class AsyncRedisRunner(RunnerBase):
             self._pid, self._loops = os.getpid(), weakref.WeakKeyDictionary()
         here = self._loops.get(loop)
         if here is None:
-            client = self.connections.async_client()
-            here = self._loops[loop] = _LoopClient(client, register_scripts(client))
+            here = self._loops[loop] = _LoopClient(AsyncRoute(self.connections))
         return here
+
+    async def client(self) -> aioredis.Redis:
+        """Return the running loop's client of the namespace's primary."""
+        try:
+            return await self._here().route.primary()
+        except redis.RedisError as exc:
+            raise translate(exc, self.where) from exc
 
     async def run(self, call: Call[R]) -> R:
         """Await ``call`` (one round trip) and return its parsed reply."""
         here = self._here()
-        operation, attempt = self._operation(call, here.scripts), self._attempt(call)
+        route = here.route
+        operation, attempt = self._operation(call), self._attempt(call, route.moved)
+        if self.durable(call) and self.options.wait_aof and not here.aof_checked:
+            problem = self._aof_problem(await self.run(WAITAOF_INFO))
+            if problem is not None:
+                raise problem
+            here.aof_checked = True
         while True:
             with attempt:
-                return call.parse(await operation(here.client))
+                client = await route.primary() if attempt.ask is None else route.node(attempt.ask)
+                if attempt.ask is None and not self.durable(call):
+                    return call.parse(await operation(client))
+                pipe = client.pipeline(transaction=False)
+                index = self._pipelined(pipe, operation, call, attempt.ask is not None)
+                replies = await pipe.execute(raise_on_error=False)
+                return call.parse(self._settled(replies, index))
+            if attempt.pause:
+                await asyncio.sleep(attempt.pause)
             if attempt.remedy is not None:
-                attempt.remedied(await self.run(attempt.remedy))
+                remedy = attempt.remedy
+                if attempt.ask is not None and remedy.command is not None:
+                    try:  # load the scripts where ASK sent the try
+                        reply = remedy.parse(await remedy.command(route.node(attempt.ask)))
+                    except redis.RedisError as exc:
+                        raise translate(exc, self.where) from exc
+                    attempt.remedied(reply)
+                else:
+                    attempt.remedied(await self.run(remedy))
 
     async def execute(
         self, operation: Callable[[aioredis.Redis], Awaitable[R]], *, idempotent: bool = False
@@ -83,7 +113,7 @@ class AsyncRedisRunner(RunnerBase):
         """Close the running loop's pool (reopened on next use)."""
         here = self._loops.pop(asyncio.get_running_loop(), None)
         if here is not None and self._pid == os.getpid():
-            await here.client.aclose(close_connection_pool=True)
+            await here.route.aclose()
 
 
 def _same(value: Any) -> Any:

@@ -85,4 +85,7 @@ local function unregister_if_empty(queue)
   if not has_rows(queue) then redis.call('ZREM', K_QUEUES, queue) end
 end
 
-local function wake(queue) redis.call('PUBLISH', WAKE_PREFIX .. queue, '1') end
+-- Sharded Pub/Sub: the channel carries the namespace's hash tag, so in a
+-- cluster it lives on this node (the script's slot) and reaches only its
+-- subscribers there.
+local function wake(queue) redis.call('SPUBLISH', WAKE_PREFIX .. queue, '1') end
