@@ -252,3 +252,26 @@ def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, 
     leases.ack = ack_then_renew
     message.ack()
     assert "expired before renewal" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "redis://:s3cret@127.0.0.1:6379/0",
+        "redis+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7000",
+        "rediss+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26379/mymaster/0",
+    ],
+)
+def test_urls_shown_in_celerys_banner_hide_the_password_for_every_target_form(target):
+    from celery import Celery
+
+    app = Celery("banner", broker=f"simplebroker+{target}", backend=f"simplebroker+{target}")
+    try:
+        shown = [app.connection_for_write().as_uri(), app.backend.as_uri()]
+        hosts = target.split("@", 1)[1]
+        for url in shown:
+            assert "s3cret" not in url
+            assert url.startswith("simplebroker+") and url.endswith(hosts), url
+        assert app.backend.as_uri(include_password=True) == f"simplebroker+{target}"
+    finally:
+        app.close()

@@ -42,7 +42,7 @@ from simplebroker_redis import RedisBrokerCore, calls
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
-from .options import make_runner, resolve_target
+from .options import make_runner, resolve_target, shown_url
 from .staging import staging
 
 logger = logging.getLogger("celery_simplebroker")
@@ -105,6 +105,10 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         return super().__reduce__(args, {**(kwargs or {}), "url": self.url})
+
+    def as_uri(self, include_password: bool = False) -> str:
+        """Return the backend's URL for Celery's banner, the password hidden unless asked for."""
+        return shown_url(self.url, include_password)
 
     def exception_safe_to_retry(self, exc: BaseException) -> bool:
         """Retry (with ``result_backend_always_retry``) when the server was unreachable."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
+from simplebroker_redis.options import redact_target
 from simplebroker_redis.validation import validate_queue_name
 
 #: Environment variable naming the server when a URL names none.
@@ -59,6 +60,20 @@ def resolve_target(url: str | None) -> str:
     if not env:
         raise ConfigurationError(f"the broker URL names no server and ${URL_ENV} is not set")
     return env
+
+
+def shown_url(url: str | None, include_password: bool = False) -> str:
+    """Return ``url`` as Celery shows it (banner, logs): ``simplebroker+<target>``.
+
+    Celery's and kombu's own URL sanitizers read one host and port, so
+    they fail on a cluster's or Sentinel's list of hosts; the backend's
+    redaction handles every target form. Without ``include_password`` a
+    password is shown as ``***``.
+    """
+    if not url:
+        return "simplebroker://"
+    shown = url if include_password else redact_target(url)
+    return shown if shown.startswith("simplebroker") else f"simplebroker+{shown}"
 
 
 def storage_queue(name: str) -> str:

@@ -34,7 +34,7 @@ from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
 from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
-from .options import TransportOptions, make_runner, resolve_target, storage_queue
+from .options import TransportOptions, make_runner, resolve_target, shown_url, storage_queue
 from .staging import stage_for
 from .wakeups import Wakeups
 
@@ -82,6 +82,10 @@ class Transport(virtual.Transport):
         self._heartbeat: LeaseHeartbeat | None = None
 
     # -- connection lifecycle --------------------------------------------------------
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """Return the broker URL for Celery's banner and logs (any target form, password hidden)."""
+        return shown_url(uri, include_password)
+
     def establish_connection(self) -> Any:
         """Reach the server and create or validate the namespace (kombu retries failures)."""
         self.runner.ensure_initialized()
