@@ -308,10 +308,10 @@ def parse_target(target: str) -> TargetSpec:
 def _parse_topology(
     target: str, scheme_text: str, rest: str, kind: TopologyKind, scheme: str
 ) -> TargetSpec:
-    netloc, _, tail = rest.partition("/")
-    path, _, query = tail.partition("?")
-    if "?" in netloc:  # no path: "host:port?ssl_cert_reqs=none"
-        netloc, _, query = netloc.partition("?")
+    # The query first: its values may hold "/" (ssl_ca_certs=/etc/ca.pem), and a
+    # cluster target has no path before it ("host:port,host:port?ssl_...").
+    location, _, query = rest.partition("?")
+    netloc, _, path = location.partition("/")
     userinfo, at, hostlist = netloc.rpartition("@")
     username = password = None
     if at:

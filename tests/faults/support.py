@@ -12,10 +12,12 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -267,6 +269,41 @@ def backend_connections(raw: redis.Redis, pid: int | None = None) -> list[dict[s
     owner = os.getpid() if pid is None else pid
     names = {f"simplebroker-redis:{owner}", f"simplebroker-redis-wake:{owner}"}
     return [client for client in raw.client_list() if client.get("name") in names]
+
+
+@contextmanager
+def watch_backend_ports(admins: Sequence[redis.Redis]) -> Iterator[set[tuple[str, int]]]:
+    """Yield a set that fills, while the block runs, with this process's backend connections.
+
+    Each is ``(kind, server port)``, kind ``command`` or ``wake`` (Pub/Sub),
+    read from CLIENT LIST of every ``admins`` server every 50 ms and once
+    more at the end (pooled connections still open then are seen however
+    short the block): a test can then tell which port (TLS or plain) each
+    kind of connection used.
+    """
+    seen: set[tuple[str, int]] = set()
+    done = threading.Event()
+
+    def poll_once() -> None:
+        for admin in admins:
+            for client in backend_connections(admin):
+                wake = client["name"].startswith("simplebroker-redis-wake:")
+                kind = "wake" if wake else "command"
+                seen.add((kind, int(client["laddr"].rsplit(":", 1)[1])))
+
+    def poll() -> None:
+        while not done.is_set():
+            poll_once()
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=poll, daemon=True, name="watch-backend-ports")
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join(10)
+    poll_once()
 
 
 def wait_until(

@@ -149,6 +149,25 @@ def test_a_valid_cluster_target_is_redacted_everywhere() -> None:
     runner.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("target", "path_and_service"),
+    [
+        ("rediss+cluster://:pw@h1:1,h2:2?ssl_ca_certs=/etc/ca.pem", (0, None)),
+        ("rediss+cluster://:pw@h1:1,h2:2/0?ssl_ca_certs=/etc/ca.pem", (0, None)),
+        ("rediss+sentinel://:pw@h1:1,h2:2/svc?ssl_ca_certs=/etc/ca.pem", (0, "svc")),
+        ("rediss+sentinel://:pw@h1:1/svc/3?ssl_ca_certs=/etc/ca.pem", (3, "svc")),
+    ],
+)
+def test_tls_options_with_slashes_stay_in_the_query(
+    target: str, path_and_service: tuple[int, str | None]
+) -> None:
+    """A CA path in the query is not read as a path (a cluster target has none before it)."""
+    spec = RedisRunner(target).connections.spec
+    assert (spec.db, spec.service) == path_and_service
+    assert spec.query == "ssl_ca_certs=/etc/ca.pem"
+    assert spec.node_url("h9", 9) == f"rediss://:pw@h9:9/{spec.db}?ssl_ca_certs=/etc/ca.pem"
+
+
 def test_a_plain_url_of_a_cluster_node_says_to_use_a_cluster_target(
     dev_cluster: DevCluster, ns: str
 ) -> None:

@@ -2,14 +2,22 @@
 
 ``DevServer`` runs one server (``_server``); ``DevCluster`` a Redis Cluster
 (``_cluster``); ``DevSentinelGroup`` a primary, its replicas and sentinels
-(``_sentinel``). Every topology lives under one temp dir, waits by polling
-the servers' own view of it (never a fixed sleep), and kills its processes
-and removes its dir on ``stop()``, also when ``start()`` fails. Run
+(``_sentinel``). Given ``TlsFiles``, both topologies also serve, replicate
+and gossip over TLS (the server binary must be built with TLS). Every
+topology lives under one temp dir, waits by polling the servers' own view
+of it (never a fixed sleep), and kills its processes and removes its dir on
+``stop()``, also when ``start()`` fails. Run
 ``python -m simplebroker_redis.devserver --help`` for the one-server CLI.
 """
 
 from simplebroker_redis.devserver._cluster import CLUSTER_SLOTS, DevCluster, DevClusterNode
-from simplebroker_redis.devserver._node import TOPOLOGY_TIMEOUT, DevNode, free_ports, wait_for
+from simplebroker_redis.devserver._node import (
+    TOPOLOGY_TIMEOUT,
+    DevNode,
+    TlsFiles,
+    free_ports,
+    wait_for,
+)
 from simplebroker_redis.devserver._sentinel import DevSentinel, DevSentinelGroup
 from simplebroker_redis.devserver._server import (
     SERVER_ENV,
@@ -29,6 +37,7 @@ __all__ = [
     "DevSentinel",
     "DevSentinelGroup",
     "DevServer",
+    "TlsFiles",
     "free_port",
     "free_ports",
     "main",

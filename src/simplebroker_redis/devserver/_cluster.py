@@ -14,6 +14,7 @@ from simplebroker_redis.devserver._node import (
     PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
+    TlsFiles,
     check_password,
     credentials,
     free_ports,
@@ -85,7 +86,12 @@ _UNHEALTHY_FLAGS: Final = frozenset({"fail", "fail?", "handshake", "noaddr"})
 
 
 class DevClusterNode(DevNode):
-    """One cluster node: a DevServer with a cluster bus port and, once started, a node ID."""
+    """One cluster node: a DevServer with a cluster bus port and, once started, a node ID.
+
+    A TLS node also runs its cluster bus over TLS (``tls-cluster yes``): it
+    then names TLS ports to TLS clients (CLUSTER SLOTS, MOVED) and plain
+    ports to plain ones.
+    """
 
     def __init__(
         self,
@@ -97,6 +103,8 @@ class DevClusterNode(DevNode):
         password: str | None,
         appendonly: bool,
         binary: str,
+        tls: TlsFiles | None = None,
+        tls_port: int | None = None,
     ) -> None:
         args = [
             "--cluster-enabled", "yes",
@@ -111,6 +119,8 @@ class DevClusterNode(DevNode):
         ]  # fmt: skip
         if password:
             args += ["--requirepass", password, "--masterauth", password]
+        if tls is not None:
+            args += ["--tls-cluster", "yes"]
         super().__init__(
             password=password,
             data_dir=data_dir,
@@ -118,6 +128,8 @@ class DevClusterNode(DevNode):
             appendonly=appendonly,
             extra_args=args,
             binary=binary,
+            tls=tls,
+            tls_port=tls_port,
         )
         self.bus_port = bus_port
         self.node_id = ""
@@ -141,6 +153,10 @@ class DevCluster:
     Built with CLUSTER ADDSLOTSRANGE / MEET / REPLICATE (no interactive tool);
     ``start()`` returns once every node reports ``cluster_state:ok`` and all
     nodes agree on the nodes, roles and slot map.
+
+    With ``tls`` every node also has a TLS port, and the cluster bus and
+    replication run over TLS; :attr:`url` then names the TLS ports
+    (``rediss+cluster://...?ssl_ca_certs=...``). Admin calls use the plain ports.
     """
 
     def __init__(
@@ -152,24 +168,30 @@ class DevCluster:
         password: str | None = None,
         appendonly: bool = False,
         binary: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         if primaries < 1 or replicas < 0:
             raise ValueError("a cluster needs at least one primary and replicas >= 0")
         check_password(password)
         self.password = password
+        #: The certificate files of a TLS cluster (None: plain TCP only).
+        self.tls = tls
         binary = binary or server_binary()
         self.root = tempfile.mkdtemp(prefix="sbredis-cluster-")
         count = primaries * (1 + replicas)
-        ports = free_ports(2 * count)
+        per_node = 2 if tls is None else 3  # client, bus (and TLS) ports
+        ports = free_ports(per_node * count)
         self.nodes: list[DevClusterNode] = [
             DevClusterNode(
                 data_dir=os.path.join(self.root, f"node-{i}"),
-                port=ports[2 * i],
-                bus_port=ports[2 * i + 1],
+                port=ports[per_node * i],
+                bus_port=ports[per_node * i + 1],
                 node_timeout_ms=node_timeout_ms,
                 password=password,
                 appendonly=appendonly,
                 binary=binary,
+                tls=tls,
+                tls_port=None if tls is None else ports[per_node * i + 2],
             )
             for i in range(count)
         ]
@@ -183,9 +205,19 @@ class DevCluster:
 
     @property
     def url(self) -> str:
-        """Return ``redis+cluster://[:pw@]127.0.0.1:p1,127.0.0.1:p2,...`` (every node a seed)."""
-        seeds = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
-        return f"redis+cluster://{credentials(self.password)}{seeds}"
+        """Return ``redis+cluster://[:pw@]127.0.0.1:p1,127.0.0.1:p2,...`` (every node a seed).
+
+        A TLS cluster: ``rediss+cluster://`` to the TLS ports, verified with its CA.
+        """
+        seeds = ",".join(f"127.0.0.1:{port}" for _, port in self.seeds)
+        if self.tls is None:
+            return f"redis+cluster://{credentials(self.password)}{seeds}"
+        return f"rediss+cluster://{credentials(self.password)}{seeds}?{self.tls.query}"
+
+    @property
+    def seeds(self) -> list[tuple[str, int]]:
+        """Return every node's client address ``(host, port)``: its TLS port in a TLS cluster."""
+        return [("127.0.0.1", node.announced_port) for node in self.nodes]
 
     def start(self, timeout: float = TOPOLOGY_TIMEOUT) -> DevCluster:
         """Start every node, assign slots, join them, and wait for a healthy cluster."""
@@ -208,7 +240,8 @@ class DevCluster:
             first, last = i * CLUSTER_SLOTS // count, (i + 1) * CLUSTER_SLOTS // count - 1
             node.call("CLUSTER", "ADDSLOTSRANGE", first, last)
         for node in self.nodes[1:]:
-            self.nodes[0].call("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
+            meet = ("CLUSTER", "MEET", "127.0.0.1", node.announced_port, node.bus_port)
+            self.nodes[0].call(*meet)
         wait_for("cluster handshake (every node knows every node)", self._met_problem, timeout)
         for replica, primary in self._layout.items():
             replica.call("CLUSTER", "REPLICATE", primary.node_id)
@@ -254,7 +287,7 @@ class DevCluster:
                 return f"{node!r} disagrees with {first!r} on roles or slots"
             if views[node.node_id].role == "slave":
                 primary = self._by_id(views[node.node_id].master_id)
-                problem = node.replica_link_problem(primary.port)
+                problem = node.replica_link_problem(primary.announced_port)
                 if problem:
                     return problem
             agreed = views
@@ -353,7 +386,8 @@ class DevCluster:
         auth = ["AUTH", self.password] if self.password else []
         while keys := source.call("CLUSTER", "GETKEYSINSLOT", slot, batch, decode=False):
             source.call(
-                "MIGRATE", "127.0.0.1", to_node.port, "", 0, 10_000, *auth, "KEYS", *keys,
+                # With tls-cluster, MIGRATE connects over TLS: to the TLS port.
+                "MIGRATE", "127.0.0.1", to_node.announced_port, "", 0, 10_000, *auth, "KEYS", *keys,
                 decode=False,
             )  # fmt: skip
         others = [n for n in self.primaries() if n not in (to_node, source) and n.alive]

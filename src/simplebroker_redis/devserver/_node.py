@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -72,8 +73,56 @@ def credentials(password: str | None) -> str:
     return f":{quote(password, safe='')}@" if password else ""
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files that give the nodes of a dev topology a TLS port.
+
+    Every node presents ``cert_file`` (with ``key_file``) as a server and, on
+    replication, cluster-bus and sentinel links, as a client; ``ca_file``
+    verifies those peers. Clients need not present a certificate
+    (``tls-auth-clients optional``), so a URL with only ``ssl_ca_certs``
+    connects, and one with a client certificate does too.
+    """
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+
+    def settings(self) -> list[tuple[str, str]]:
+        """Return the server settings (name, value) that load these files."""
+        return [
+            ("tls-cert-file", self.cert_file),
+            ("tls-key-file", self.key_file),
+            ("tls-ca-cert-file", self.ca_file),
+            ("tls-auth-clients", "optional"),
+        ]
+
+    def args(self) -> list[str]:
+        """Return :meth:`settings` as server command-line arguments."""
+        return [arg for name, value in self.settings() for arg in (f"--{name}", value)]
+
+    @property
+    def query(self) -> str:
+        """Return the URL query that makes a client verify the nodes (``ssl_ca_certs=...``)."""
+        return f"ssl_ca_certs={quote(self.ca_file, safe='/')}"
+
+
+def tls_args(tls: TlsFiles, tls_port: int) -> list[str]:
+    """Return the command line of a data node with a TLS port beside its plain one.
+
+    ``tls-replication yes``: a replica connects to its primary's TLS port and
+    announces its own, so sentinels and ROLE name TLS ports. The plain port
+    stays open for the dev tools' own admin calls.
+    """
+    return ["--tls-port", str(tls_port), "--tls-replication", "yes", *tls.args()]
+
+
 class DevNode(DevServer):
-    """A DevServer of a topology: knows whether it runs and talks to it without retries."""
+    """A DevServer of a topology: knows whether it runs and talks to it without retries.
+
+    With ``tls`` (and ``tls_port``) it also serves TLS on ``tls_port`` and
+    replicates over TLS; admin calls keep using the plain ``port``.
+    """
 
     def __init__(
         self,
@@ -84,6 +133,8 @@ class DevNode(DevServer):
         appendonly: bool = False,
         extra_args: Sequence[str] = (),
         binary: str | None = None,
+        tls: TlsFiles | None = None,
+        tls_port: int | None = None,
     ) -> None:
         super().__init__(
             data_dir=data_dir,
@@ -92,11 +143,34 @@ class DevNode(DevServer):
             extra_args=extra_args,
             binary=binary,
         )
+        if (tls is None) != (tls_port is None):
+            raise ValueError("a TLS node needs both tls files and a tls_port")
         #: The ``requirepass`` of this node, used by ``call``.
         self.password = password
+        #: The certificate files of a TLS node (None: plain TCP only).
+        self.tls = tls
+        #: The TLS port (None without ``tls``).
+        self.tls_port = tls_port
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(port={self.port})"
+
+    @property
+    def announced_port(self) -> int:
+        """Return the port this node is known by to clients, replicas and sentinels.
+
+        The TLS port when it has one (``tls-replication`` / ``tls-cluster``
+        make the server name it in ROLE, INFO, CLUSTER SLOTS and MOVED to
+        TLS clients), else the plain port.
+        """
+        return self.tls_port if self.tls_port is not None else self.port
+
+    def command(self) -> list[str]:
+        """Return the server command line, with the TLS settings of a TLS node."""
+        args = super().command()
+        if self.tls is not None and self.tls_port is not None:
+            args += tls_args(self.tls, self.tls_port)
+        return args
 
     @property
     def alive(self) -> bool:

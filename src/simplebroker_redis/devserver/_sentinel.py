@@ -15,6 +15,7 @@ from simplebroker_redis.devserver._node import (
     PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
+    TlsFiles,
     check_password,
     credentials,
     free_ports,
@@ -22,16 +23,36 @@ from simplebroker_redis.devserver._node import (
     pairs,
     wait_for,
 )
-from simplebroker_redis.devserver._server import DevServer, server_binary
+from simplebroker_redis.devserver._server import server_binary
 
 
 class DevSentinel(DevNode):
-    """One sentinel: ``<binary> <conf> --sentinel``, its conf file in its data dir."""
+    """One sentinel: ``<binary> <conf> --sentinel``, its conf file in its data dir.
+
+    With ``tls`` the sentinel reaches the data nodes and the other sentinels
+    over TLS (``tls-replication yes``), so it also listens on ``tls_port``
+    (which it announces to the other sentinels); clients keep the plain port.
+    """
 
     def __init__(
-        self, *, data_dir: str, port: int, conf: Sequence[str], password: str | None, binary: str
+        self,
+        *,
+        data_dir: str,
+        port: int,
+        conf: Sequence[str],
+        password: str | None,
+        binary: str,
+        tls: TlsFiles | None = None,
+        tls_port: int | None = None,
     ) -> None:
-        super().__init__(password=password, data_dir=data_dir, port=port, binary=binary)
+        super().__init__(
+            password=password,
+            data_dir=data_dir,
+            port=port,
+            binary=binary,
+            tls=tls,
+            tls_port=tls_port,
+        )
         self.conf_path = os.path.join(self.data_dir, "sentinel.conf")
         head = [
             f"port {port}",
@@ -40,6 +61,9 @@ class DevSentinel(DevNode):
             f'dir "{self.data_dir}"',
             f'logfile "{os.path.join(self.data_dir, "server.log")}"',
         ]
+        if tls is not None:
+            head += [f"tls-port {tls_port}", "tls-replication yes"]
+            head += [f'{name} "{value}"' for name, value in tls.settings()]
         # The sentinel rewrites this file as it learns; a restart reloads it.
         Path(self.conf_path).write_text("\n".join([*head, *conf]) + "\n", encoding="utf-8")
 
@@ -73,6 +97,11 @@ class DevSentinelGroup:
     ``password`` protects the data nodes (``requirepass`` and ``masterauth``,
     the sentinels get ``auth-pass``); ``sentinel_password`` protects the
     sentinels themselves (``requirepass`` and ``sentinel-pass``).
+
+    With ``tls`` the data nodes also serve and replicate over TLS, and the
+    sentinels monitor them (and each other) over TLS, so the sentinels name
+    the data nodes' TLS ports; clients still ask the sentinels in plain TCP.
+    :attr:`url` is then ``rediss+sentinel://...?ssl_ca_certs=...``.
     """
 
     def __init__(
@@ -87,6 +116,7 @@ class DevSentinelGroup:
         failover_timeout_ms: int = 5000,
         appendonly: bool = False,
         binary: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         if replicas < 1 or sentinels < 1 or not service.isidentifier():
             raise ValueError("needs replicas >= 1, sentinels >= 1 and a plain service name")
@@ -96,22 +126,29 @@ class DevSentinelGroup:
         self.service = service
         self.password = password
         self.sentinel_password = sentinel_password
+        #: The certificate files of a TLS group (None: plain TCP only).
+        self.tls = tls
         self.root = tempfile.mkdtemp(prefix="sbredis-sentinel-")
-        ports = free_ports(1 + replicas + sentinels)
+        count = 1 + replicas + sentinels
+        ports = free_ports(count if tls is None else 2 * count)  # (plain, then TLS ports)
+        tls_ports: list[int | None] = [None] * count if tls is None else list(ports[count:])
         self.nodes: list[DevNode] = [
             DevNode(
                 password=password,
                 data_dir=os.path.join(self.root, f"data-{i}"),
-                port=port,
+                port=ports[i],
                 appendonly=appendonly,
                 binary=binary,
+                tls=tls,
+                tls_port=tls_ports[i],
             )
-            for i, port in enumerate(ports[: 1 + replicas])
+            for i in range(1 + replicas)
         ]
         for node in self.nodes:
             node.extra_args = self._data_args(None if node is self.nodes[0] else self.nodes[0])
+        first = self.nodes[0].announced_port
         conf = [
-            f"sentinel monitor {service} 127.0.0.1 {ports[0]} {sentinels // 2 + 1}",
+            f"sentinel monitor {service} 127.0.0.1 {first} {sentinels // 2 + 1}",
             f"sentinel down-after-milliseconds {service} {down_after_ms}",
             f"sentinel failover-timeout {service} {failover_timeout_ms}",
             f"sentinel parallel-syncs {service} 1",
@@ -125,28 +162,37 @@ class DevSentinelGroup:
             ]
         self.sentinels: list[DevSentinel] = [
             DevSentinel(
-                data_dir=os.path.join(self.root, f"sentinel-{i}"),
-                port=port,
+                data_dir=os.path.join(self.root, f"sentinel-{i - 1 - replicas}"),
+                port=ports[i],
                 conf=conf,
                 password=sentinel_password,
                 binary=binary,
+                tls=tls,
+                tls_port=tls_ports[i],
             )
-            for i, port in enumerate(ports[1 + replicas :])
+            for i in range(1 + replicas, count)
         ]
 
-    def _data_args(self, replicaof: DevServer | None) -> list[str]:
+    def _data_args(self, replicaof: DevNode | None) -> list[str]:
         args = ["--repl-diskless-sync-delay", "0"]
         if self.password:
             args += ["--requirepass", self.password, "--masterauth", self.password]
         if replicaof is not None:
-            args += ["--replicaof", "127.0.0.1", str(replicaof.port)]
+            args += ["--replicaof", "127.0.0.1", str(replicaof.announced_port)]
         return args
 
     @property
     def url(self) -> str:
-        """Return ``redis+sentinel://[:pw@]127.0.0.1:s1,.../<service>/0`` (pw: data nodes')."""
+        """Return ``redis+sentinel://[:pw@]127.0.0.1:s1,.../<service>/0`` (pw: data nodes').
+
+        A TLS group: ``rediss+sentinel://`` (the sentinels' plain ports; TLS to
+        the data nodes, verified with its CA).
+        """
         seeds = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{credentials(self.password)}{seeds}/{self.service}/0"
+        path = f"{credentials(self.password)}{seeds}/{self.service}/0"
+        if self.tls is None:
+            return f"redis+sentinel://{path}"
+        return f"rediss+sentinel://{path}?{self.tls.query}"
 
     @property
     def sentinel_addresses(self) -> list[tuple[str, int]]:
@@ -192,7 +238,7 @@ class DevSentinelGroup:
 
     def _node_at(self, port: int) -> DevNode:
         for node in self.nodes:
-            if node.port == port:
+            if node.announced_port == port:
                 return node
         raise LookupError(f"no data node listens on {port}")
 
@@ -220,7 +266,7 @@ class DevSentinelGroup:
         problem = self._data_problem(primary, replicas)
         for sentinel in self.sentinels:
             if problem is None and sentinel.alive:
-                problem = self._sentinel_problem(sentinel, primary.port, replicas)
+                problem = self._sentinel_problem(sentinel, primary.announced_port, replicas)
         return problem
 
     def _data_problem(self, primary: DevNode, replicas: list[DevNode]) -> str | None:
@@ -229,10 +275,10 @@ class DevSentinelGroup:
             return f"{primary.port} has role {role[0]}"
         listed = {int(entry[1]) for entry in role[2]}
         for replica in replicas:
-            problem = replica.replica_link_problem(primary.port)
+            problem = replica.replica_link_problem(primary.announced_port)
             if problem:
                 return problem
-            if replica.port not in listed:
+            if replica.announced_port not in listed:
                 return f"primary {primary.port} does not list replica {replica.port}"
         return primary.replication_problem(PROBE_KEY, len(replicas)) if replicas else None
 
@@ -249,20 +295,32 @@ class DevSentinelGroup:
             for entry in map(pairs, sentinel.call("SENTINEL", "REPLICAS", self.service))
         }
         for replica in replicas:
-            entry = known.get(replica.port, {})
+            entry = known.get(replica.announced_port, {})
             if (
                 entry.get("flags") != "slave"
                 or entry.get("master-link-status") != "ok"
                 or int(entry.get("master-port", 0)) != primary_port
             ):
                 return f"{sentinel!r} sees replica {replica.port} as {entry or 'unknown'}"
+        return self._links_problem(sentinel)
+
+    def _links_problem(self, sentinel: DevSentinel) -> str | None:
+        """Return why ``sentinel`` has no working link to a running sentinel (votes need one).
+
+        Learning of a sentinel (from its hellos) comes before connecting to it;
+        over TLS the handshake makes that gap long enough to see.
+        """
+        running = {s.announced_port for s in self.sentinels if s.alive}
+        for entry in map(pairs, sentinel.call("SENTINEL", "SENTINELS", self.service)):
+            if int(entry["port"]) in running and entry["flags"] != "sentinel":
+                return f"{sentinel!r} sees sentinel {entry['port']} as {entry['flags']}"
         return None
 
-    def _moved_problem(self, old: DevServer) -> str | None:
+    def _moved_problem(self, old: DevNode) -> str | None:
         named = self._named_ports()
         if len(named) != 1:
             return f"sentinels disagree on the primary: {sorted(named)}"
-        if named == {old.port}:
+        if named == {old.announced_port}:
             return f"sentinels still name {old.port}"
         return None
 
