@@ -311,19 +311,68 @@ def test_listener_works_with_descriptors_above_1024(redis_url, namespace, broker
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip("the open-file limit is too low to test this")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
-    spare = []
+    spare: list[int] = []
+    used: list[str] = []
     try:
-        while not spare or spare[-1] < 1100:
-            spare.append(os.dup(0))
-        waiter = _waiter(redis_url, namespace, "high")
+        # Other threads of this process (listeners of earlier tests) may close
+        # a low descriptor while we fill them; a new listener would then get
+        # it. Each attempt fills every hole again and uses a new namespace
+        # (so a new listener) until its socket is above 1024.
+        for attempt in range(5):
+            while not spare or spare[-1] < 1100:
+                spare.append(os.dup(0))
+            while (fd := os.dup(0)) < 1100:  # a hole some thread left
+                spare.append(fd)
+            os.close(fd)
+            used.append(f"{namespace}-fd{attempt}")
+            waiter = _waiter(redis_url, used[-1], "high")
+            runner = RedisRunner(redis_url, namespace=used[-1])
+            if listener_for(runner)._pubsub.connection._sock.fileno() >= 1024:
+                break
+            waiter.close()
+            runner.shutdown()
         try:
-            assert listener_for(broker.runner)._pubsub.connection._sock.fileno() >= 1024
+            assert listener_for(runner)._pubsub.connection._sock.fileno() >= 1024
             waiter.wait(0.05)  # the first subscription's wake-up, if any
-            broker.write("high", "x")
+            RedisBrokerCore(runner).write("high", "x")
             assert waiter.wait(5) is True
         finally:
             waiter.close()
+            runner.shutdown()
     finally:
         for fd in spare:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for name in used:
+            redis_backend_plugin.cleanup_target(redis_url, backend_options={"namespace": name})
+
+
+def test_a_listener_without_waiters_closes_its_connection_and_reopens_for_the_next(
+    redis_url, namespace, broker, raw, monkeypatch
+):
+    """An idle listener holds no connection or thread for long; a new waiter revives it."""
+    from simplebroker_redis import activity
+
+    monkeypatch.setattr(activity, "IDLE_LINGER", 0.3)
+    waiter = _waiter(redis_url, namespace, "jobs")
+    listener = listener_for(broker.runner)
+    port = listener._pubsub.connection._sock.getsockname()[1]
+
+    def connected() -> bool:
+        return any(c["addr"].endswith(f":{port}") for c in raw.client_list())
+
+    assert connected()
+    waiter.close()
+    deadline = time.monotonic() + 10
+    while (listener.retirements == 0 or connected()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert listener.retirements == 1 and not connected()
+    assert listener._thread is None and listener._pubsub is None
+    # The next waiter of the namespace opens a new connection and is woken.
+    again = _waiter(redis_url, namespace, "jobs")
+    try:
+        broker.write("jobs", "x")
+        assert again.wait(5) is True
+        assert listener._thread is not None and listener._thread.is_alive()
+    finally:
+        again.close()

@@ -57,6 +57,12 @@ STOP_POLL: Final[float] = 0.05
 #: the same outage (one warning), and the next reconnect backs off.
 STABLE_AFTER: Final[float] = 2.0
 
+#: Seconds a listener with no subscribed queue keeps its connection and
+#: thread; then it closes both, and the next waiter opens them again. A
+#: process that watched many namespaces, or servers that are gone, holds
+#: no connection or reconnect loop for them.
+IDLE_LINGER: Final[float] = 30.0
+
 Callback = Callable[[], None]
 
 logger = logging.getLogger("simplebroker_redis")
@@ -64,6 +70,10 @@ logger = logging.getLogger("simplebroker_redis")
 
 class SlotMoved(redis.ConnectionError):
     """The server ended a subscription we still want: the namespace's slot moved."""
+
+
+class _Retired(Exception):
+    """The listener thread ends: no queue has been subscribed for IDLE_LINGER seconds."""
 
 
 class WakeupListener:
@@ -85,6 +95,7 @@ class WakeupListener:
         # subscribed mode (liveness PINGs are answered as pub/sub messages).
         self._control = runner.keys.wake_prefix + "~listener"
         self.reconnects = 0  #: completed reconnects (observability, tests)
+        self.retirements = 0  #: times the thread ended for lack of subscribers
         # Marks that change whenever a channel may have received a wake-up:
         # the connection's epoch (one per connect and disconnect) and a count
         # of the messages read per channel. See quiet_mark().
@@ -186,6 +197,26 @@ class WakeupListener:
             )
             self._thread.start()
 
+    def _retire_if_idle(self, idle_since: float | None) -> float | None:
+        """Track how long no queue is subscribed; end this thread after IDLE_LINGER.
+
+        Returns the new ``idle_since``; raises :class:`_Retired` (with the
+        connection closed and the thread slot released, under the lock, so
+        a concurrent ``register()`` starts a fresh thread) once idle long enough.
+        """
+        with self._lock:
+            if self._callbacks or self._stopping:
+                return None
+            now = time.monotonic()
+            if idle_since is None:
+                return now
+            if now - idle_since < IDLE_LINGER:
+                return idle_since
+            self._disconnect()
+            self._thread = None
+            self.retirements += 1
+        raise _Retired
+
     def _poke(self) -> None:
         try:
             os.write(self._wake_w, b"x")
@@ -253,9 +284,16 @@ class WakeupListener:
                 self._dispatch(str(message["channel"]))
 
     def _run(self) -> None:
+        try:
+            self._reconnect_loop()
+        except _Retired:
+            return
+
+    def _reconnect_loop(self) -> None:
         backoff = Backoff()
         first = True
         failing = restored = False
+        idle_since: float | None = None
         while not self._stopping:
             try:
                 self._connect()
@@ -263,6 +301,7 @@ class WakeupListener:
             except (redis.RedisError, OSError, ValueError) as exc:
                 failing = self._lost(exc, failing)
                 self._disconnect()
+                idle_since = self._retire_if_idle(idle_since)
                 time.sleep(backoff.next())
                 continue
             if failing and not restored:
@@ -299,7 +338,9 @@ class WakeupListener:
 
     def _serve(self) -> None:
         last_io = time.monotonic()
+        idle_since: float | None = None
         while not self._stopping:
+            idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
