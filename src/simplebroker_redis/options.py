@@ -71,7 +71,8 @@ DEFAULT_WAIT_TIMEOUT: Final[float] = 1.0
 #: How scripts run on the server: one Functions library (FCALL), or EVALSHA.
 SCRIPTING_MODES: Final[tuple[str, ...]] = ("functions", "eval")
 
-_OPTION_NAMES: Final[tuple[str, ...]] = (
+#: Every ``[backend_options]`` name the backend accepts.
+OPTION_NAMES: Final[tuple[str, ...]] = (
     "namespace",
     "max_connections",
     "pool_timeout",
@@ -141,11 +142,11 @@ class BackendOptions:
         """Validate a raw option mapping; unknown names and bad types raise."""
         raw = dict(options or {})
         for name in raw:
-            if name not in _OPTION_NAMES:
+            if name not in OPTION_NAMES:
                 raise InvalidConfigError(
                     key=f"backend_options.{name}",
                     source="redis backend_options",
-                    expected="one of " + ", ".join(_OPTION_NAMES),
+                    expected="one of " + ", ".join(OPTION_NAMES),
                     value_display="(unknown option)",
                 )
         namespace = raw.get("namespace", DEFAULT_NAMESPACE)

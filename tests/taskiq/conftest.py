@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from tqhelpers import PYTHONPATH, Worker
@@ -68,3 +68,17 @@ async def client(redis_url: str, namespace: str) -> AsyncIterator[SimpleBrokerTa
     await broker.startup()
     yield broker
     await broker.shutdown()
+
+
+@pytest.fixture
+async def schedulers(redis_url: str, namespace: str) -> AsyncIterator[list[Any]]:
+    """Three schedule sources, as three ``taskiq scheduler`` processes would hold them."""
+    from taskiq_simplebroker import SimpleBrokerScheduleSource
+
+    made = [
+        SimpleBrokerScheduleSource(redis_url, namespace=namespace, claim_seconds=0.5)
+        for _ in range(3)
+    ]
+    yield made
+    for source in made:
+        await source.shutdown()

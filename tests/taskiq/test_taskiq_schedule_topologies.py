@@ -9,39 +9,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.scheduler.scheduled_task import ScheduledTask
-from tqhelpers import eventually
-
-from taskiq_simplebroker import SimpleBrokerScheduleSource
+from tqhelpers import claims, eventually, scheduled
 
 #: Run on the shared cluster and Sentinel group only (tests/conftest.py).
 TOPOLOGIES = ("cluster", "sentinel")
-
-
-@pytest.fixture
-async def schedulers(redis_url, namespace):
-    made = [
-        SimpleBrokerScheduleSource(redis_url, namespace=namespace, claim_seconds=0.5)
-        for _ in range(3)
-    ]
-    yield made
-    for source in made:
-        await source.shutdown()
-
-
-async def sends(source: SimpleBrokerScheduleSource, task: ScheduledTask) -> bool:
-    """Ask ``source`` before a send, as Taskiq's scheduler does; True: send it."""
-    try:
-        await source.pre_send(task)
-    except ScheduledTaskCancelledError:
-        return False
-    return True
-
-
-def scheduled(key: str, **when) -> ScheduledTask:
-    return ScheduledTask(task_name="app:scheduled", labels={}, args=[key], kwargs={}, **when)
 
 
 async def test_each_due_run_is_sent_by_one_scheduler(schedulers, raw, namespace):
@@ -49,7 +21,7 @@ async def test_each_due_run_is_sent_by_one_scheduler(schedulers, raw, namespace)
     once = scheduled("once", time=datetime.now(UTC))
     for task in (cron, once):
         await schedulers[0].add_schedule(task)
-        assert [await sends(source, task) for source in schedulers] == [True, False, False]
+        assert [await claims(source, task) for source in schedulers] == [True, False, False]
         await schedulers[0].post_send(task)
     assert [s.args[0] for s in await schedulers[1].get_schedules()] == ["cron"]
     assert raw.hlen(f"sb:{{{namespace}}}:schedule_claims") == 0
@@ -59,15 +31,15 @@ async def test_a_run_whose_scheduler_died_is_sent_by_another(schedulers, raw, na
     dead, first, second = schedulers
     once = scheduled("once", time=datetime.now(UTC))
     await first.add_schedule(once)
-    assert await sends(dead, once)  # ... and it dies before sending
+    assert await claims(dead, once)  # ... and it dies before sending
 
     async def lost() -> list[ScheduledTask]:
         return [s for s in await first.get_schedules() if s.args[0] == "once"]
 
     retry = (await eventually(lost, timeout=5))[0]
     assert retry.schedule_id == f"{once.schedule_id}@once"
-    assert await sends(first, retry)
-    assert not await sends(second, retry)
+    assert await claims(first, retry)
+    assert not await claims(second, retry)
     await first.post_send(retry)
     assert await second.get_schedules() == []
     assert raw.hlen(f"sb:{{{namespace}}}:schedule_claims") == 0

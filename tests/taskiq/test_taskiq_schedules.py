@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from simplebroker.ext import BrokerError
-from taskiq.exceptions import ScheduledTaskCancelledError, TaskiqError
+from taskiq.exceptions import TaskiqError
 from taskiq.scheduler.scheduled_task import ScheduledTask
-from tqhelpers import events, eventually
+from tqhelpers import claims, events, eventually, scheduled
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
@@ -29,31 +29,6 @@ async def source(redis_url, namespace):
     schedules = SimpleBrokerScheduleSource(redis_url, namespace=namespace)
     yield schedules
     await schedules.shutdown()
-
-
-@pytest.fixture
-async def schedulers(redis_url, namespace):
-    """Three sources, as three ``taskiq scheduler`` processes would hold them."""
-    made = [
-        SimpleBrokerScheduleSource(redis_url, namespace=namespace, claim_seconds=0.5)
-        for _ in range(3)
-    ]
-    yield made
-    for made_source in made:
-        await made_source.shutdown()
-
-
-async def claims(source: SimpleBrokerScheduleSource, task: ScheduledTask) -> bool:
-    """Ask ``source`` before a send, as Taskiq's scheduler does; True: send it."""
-    try:
-        await source.pre_send(task)
-    except ScheduledTaskCancelledError:
-        return False
-    return True
-
-
-def scheduled(key: str, **when) -> ScheduledTask:
-    return ScheduledTask(task_name="workerapp:scheduled", labels={}, args=[key], kwargs={}, **when)
 
 
 async def test_schedules_round_trip_in_the_namespace(source, namespace, raw):

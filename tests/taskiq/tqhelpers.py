@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.kicker import AsyncKicker
 from taskiq.receiver import Receiver
+from taskiq.scheduler.scheduled_task import ScheduledTask
 from taskiq.task import AsyncTaskiqTask
 
-from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
+from taskiq_simplebroker import (
+    SimpleBrokerResultBackend,
+    SimpleBrokerScheduleSource,
+    SimpleBrokerTaskiqBroker,
+)
 
 HERE = Path(__file__).resolve().parent
 # Worker processes import the test app (workerapp.py) from this directory.
@@ -139,3 +145,17 @@ async def receiving(broker: SimpleBrokerTaskiqBroker, **options: Any) -> AsyncIt
         finish.set()
         await asyncio.wait_for(task, 10)
         await broker.shutdown()
+
+
+async def claims(source: SimpleBrokerScheduleSource, task: ScheduledTask) -> bool:
+    """Ask ``source`` before a send, as Taskiq's scheduler does; True: send it."""
+    try:
+        await source.pre_send(task)
+    except ScheduledTaskCancelledError:
+        return False
+    return True
+
+
+def scheduled(key: str, **when: Any) -> ScheduledTask:
+    """A schedule of workerapp.py's ``scheduled`` task, run with argument ``key``."""
+    return ScheduledTask(task_name="workerapp:scheduled", labels={}, args=[key], kwargs={}, **when)

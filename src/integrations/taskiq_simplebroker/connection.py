@@ -35,6 +35,7 @@ from simplebroker.project import resolve_broker_target
 
 from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.options import OPTION_NAMES
 
 from .errors import ConfigurationError
 
@@ -81,15 +82,10 @@ _OWN_OPTIONS: Final[dict[str, str]] = {
 }
 
 
-#: ``[backend_options]`` a runner made here takes from the project (or the class).
-_PASSED_OPTIONS: Final[tuple[str, ...]] = (
-    "pool_timeout",
-    "stale_batch_seconds",
-    "scripting",
-    "wait_replicas",
-    "wait_timeout",
-    "wait_aof",
-    "sentinel_password",
+#: ``[backend_options]`` a runner made here takes from the project (or the
+#: class): all but the two the classes own as keywords of their own.
+_PASSED_OPTIONS: Final[tuple[str, ...]] = tuple(
+    name for name in OPTION_NAMES if name not in ("namespace", "max_connections")
 )
 
 
