@@ -45,12 +45,9 @@ def app(celery_url: str, namespace: str, events: Path, lease: float) -> Iterator
 
 
 @pytest.fixture
-def start_worker(
-    celery_url: str, namespace: str, events: Path, lease: float, tmp_path: Path
-) -> Iterator[Callable[..., CeleryWorker]]:
-    """Start ``celery worker`` processes (``-P solo`` by default); all are killed afterwards."""
-    started: list[CeleryWorker] = []
-    env = {
+def celery_env(celery_url: str, namespace: str, events: Path, lease: float) -> dict[str, str]:
+    """Environment of ``celery`` processes running celeryapp.py on this test's server."""
+    return {
         **os.environ,
         "PYTHONPATH": PYTHONPATH,
         "SIMPLEBROKER_REDIS_URL": celery_url,
@@ -58,6 +55,14 @@ def start_worker(
         "CELERY_LOG": str(events),
         "CELERY_LEASE": str(lease),
     }
+
+
+@pytest.fixture
+def start_worker(
+    celery_env: dict[str, str], events: Path, tmp_path: Path
+) -> Iterator[Callable[..., CeleryWorker]]:
+    """Start ``celery worker`` processes (``-P solo`` by default); all are killed afterwards."""
+    started: list[CeleryWorker] = []
 
     def start(
         name: str,
@@ -71,7 +76,7 @@ def start_worker(
     ) -> CeleryWorker:
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h", "-Q", queues]
         args += ["--loglevel", "INFO", *(FAST if fast else []), *extra]
-        own = {**env, "CELERY_ACKS_LATE": "1" if acks_late else "0"}
+        own = {**celery_env, "CELERY_ACKS_LATE": "1" if acks_late else "0"}
         worker = CeleryWorker(name, args, own, tmp_path / f"{name}-{len(started)}.out")
         started.append(worker)
         return worker.wait_ready(events) if ready else worker

@@ -11,7 +11,6 @@ every transport and result-backend operation in-process
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 import redis
-from cehelpers import PYTHONPATH, read_events, wait_for
+from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.result import AsyncResult
 
@@ -79,7 +78,7 @@ def denials(admin: redis.Redis, user: str) -> list[dict[str, Any]]:
 
 
 def test_remote_control_revoke_purge_and_shutdown_under_the_documented_acl_line(
-    app, start_worker, events, celery_url, admin, namespace, lease
+    app, start_worker, events, celery_url, admin, namespace, celery_env
 ):
     worker = start_worker("w1", fast=False)  # with mingle, gossip and events, as by default
     replies = app.control.inspect(timeout=5).ping()
@@ -110,17 +109,9 @@ def test_remote_control_revoke_purge_and_shutdown_under_the_documented_acl_line(
         app.send_task("add", (i, i), queue="idle")
     core = RedisBrokerCore(RedisRunner(celery_url, namespace=namespace), owns_runner=True)
     assert len(core.peek_many("idle", 10)) == 5
-    env = {
-        **os.environ,
-        "PYTHONPATH": PYTHONPATH,
-        "SIMPLEBROKER_REDIS_URL": celery_url,
-        "CELERY_NS": namespace,
-        "CELERY_LOG": str(events),
-        "CELERY_LEASE": str(lease),
-    }
     purge = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "celeryapp", "purge", "-f", "-Q", "idle"],
-        env=env,
+        env=celery_env,
         capture_output=True,
         text=True,
         timeout=120,
