@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from typing import Any
 from common import (
     HERE,
     RESULTS_DIR,
+    LineHub,
     Progress,
     Server,
     fmt_num,
@@ -77,18 +77,14 @@ class WorkerLog:
     nth: dict[int, tuple[float, int]] = field(default_factory=dict)  #: armed count -> report
 
 
-class Hub:
+class Hub(LineHub):
     """Local TCP server receiving the workers' lines: ``<tag> <kind> <task id> <cpu ns>``."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(32)
-        self.port = self.sock.getsockname()[1]
         self.logs: dict[str, WorkerLog] = {}
         self.cond = threading.Condition()
         self._armed: dict[str, int] = {}
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=32)
 
     def log(self, tag: str) -> WorkerLog:
         with self.cond:
@@ -104,31 +100,11 @@ class Hub:
         with self.cond:
             return self.cond.wait_for(predicate, timeout)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
-
-    def _read(self, conn: socket.socket) -> None:
-        buf = b""
-        with conn:
-            while True:
-                try:
-                    chunk = conn.recv(65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                now = time.perf_counter()
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                with self.cond:
-                    for line in lines:
-                        self._record(now, *line.decode().split())
-                    self.cond.notify_all()
+    def handle(self, now: float, lines: list[list[str]], peer: dict[str, Any]) -> None:
+        with self.cond:
+            for words in lines:
+                self._record(now, *words)
+            self.cond.notify_all()
 
     def _record(self, now: float, tag: str, kind: str, task_id: str, cpu: str) -> None:
         log = self.logs.setdefault(tag, WorkerLog())
@@ -141,9 +117,6 @@ class Hub:
             log.count += 1
             if log.count == self._armed.get(tag):
                 log.nth[log.count] = (now, int(cpu))
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class Worker:

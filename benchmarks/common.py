@@ -24,6 +24,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import sqlite3
 import statistics
 import sys
@@ -269,6 +270,56 @@ class ClientCounter:
 
 
 # -- CPU time ------------------------------------------------------------------------------
+
+
+class LineHub:
+    """A local TCP server reading the report lines of benchmark worker processes.
+
+    Each connection's lines (whitespace-separated words) go to
+    :meth:`handle` with the time they arrived and a dict private to that
+    connection (where a subclass may keep who is talking).
+    """
+
+    def __init__(self, backlog: int = 32) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(backlog)
+        self.port = self.sock.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def handle(self, now: float, lines: list[list[str]], peer: dict[str, Any]) -> None:
+        """Take the complete lines that arrived at ``now`` on one connection."""
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        buf = b""
+        peer: dict[str, Any] = {}
+        with conn:
+            while True:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                now = time.perf_counter()
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                self.handle(now, [line.decode().split() for line in lines], peer)
+
+    def close(self) -> None:
+        """Stop accepting."""
+        self._closed = True
+        self.sock.close()
 
 
 def task_cpu_seconds(pid: int) -> float:

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from common import (
     HERE,
     RESULTS_DIR,
     ClientCounter,
+    LineHub,
     Progress,
     Server,
     fmt_num,
@@ -109,69 +109,37 @@ class WorkerState:
             return self.reached
 
 
-class SignalHub:
-    """Local TCP server receiving the workers' lines."""
+class SignalHub(LineHub):
+    """Local TCP server receiving the workers' lines (``hello <tag>`` first on each connection)."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.states: dict[str, WorkerState] = {}
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=16)
 
     def state(self, tag: str) -> WorkerState:
         """Return (creating) the state of worker ``tag``."""
         return self.states.setdefault(tag, WorkerState())
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
-
-    def _read(self, conn: socket.socket) -> None:
-        buf = b""
-        state: WorkerState | None = None
-        with conn:
-            while True:
-                try:
-                    chunk = conn.recv(65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                now = time.perf_counter()
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    kind, *rest = line.decode().split()
-                    if kind == "hello":
-                        state = self.state(rest[0])
-                        continue
-                    assert state is not None
-                    report = Report(now, int(rest[0]), int(rest[1]), int(rest[2]))
-                    with state.cond:
-                        state.last = report
-                        if kind == "ready":
-                            state.ready = report
-                        else:
-                            state.count += 1
-                            if (
-                                state.target is not None
-                                and state.reached is None
-                                and state.count >= state.target
-                            ):
-                                state.reached = report
-                        state.cond.notify_all()
-
-    def close(self) -> None:
-        """Stop accepting."""
-        self._closed = True
-        self.sock.close()
+    def handle(self, now: float, lines: list[list[str]], peer: dict[str, Any]) -> None:
+        for kind, *rest in lines:
+            if kind == "hello":
+                peer["state"] = self.state(rest[0])
+                continue
+            state: WorkerState = peer["state"]
+            report = Report(now, int(rest[0]), int(rest[1]), int(rest[2]))
+            with state.cond:
+                state.last = report
+                if kind == "ready":
+                    state.ready = report
+                else:
+                    state.count += 1
+                    if (
+                        state.target is not None
+                        and state.reached is None
+                        and state.count >= state.target
+                    ):
+                        state.reached = report
+                state.cond.notify_all()
 
 
 # -- worker processes ----------------------------------------------------------------------------
