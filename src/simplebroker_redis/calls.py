@@ -935,6 +935,18 @@ def celery_chord_dispatch(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CeleryStored:
+    """Outcome of ``celery_store.lua``: the entry, and the acknowledgement it carried."""
+
+    stored: int  #: 1 stored, 0 kept (the task had succeeded), -1 nothing done
+    settlement: Settlement  #: of the acknowledged message (0, 0 when none was named)
+
+
+def _celery_stored(raw: Any) -> CeleryStored:
+    return CeleryStored(int(raw[0]), Settlement(int(raw[1]), int(raw[2])))
+
+
 def celery_store(
     keys: Keyspace,
     name: str,
@@ -943,19 +955,27 @@ def celery_store(
     wake: str | None,
     *,
     guard: bool,
-) -> Call[int]:
+    ack: tuple[str, int] | None = None,
+) -> Call[CeleryStored]:
     """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
 
     ``celery_store.lua``. With ``guard`` an entry whose JSON says SUCCESS is
-    kept. Returns 1 stored, 0 kept, -1 when the guard could not read the
-    stored entry (nothing done).
+    kept. ``ack`` = (token, message ID) also deletes that reserved message in
+    the same step (a worker's acknowledgement of the task whose result this
+    is). ``stored`` is 1 stored, 0 kept, -1 when the guard could not read
+    the stored entry (nothing done, nor acknowledged).
     """
     if expires_ms is not None:
         _lifetime(expires_ms)
-    args = (
+    args: tuple[object, ...] = (
         value,
         "" if not expires_ms else expires_ms,
         "" if wake is None else validate_queue_name(wake),
         _flag(guard),
     )
-    return Call(_int, "celery_store", args, extra_keys=(keys.celery_entry(name),))
+    if ack is not None:
+        token, message_id = ack
+        if not token:
+            raise ValueError("token must not be empty")
+        args += (token, format_id(int(message_id)))
+    return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))

@@ -63,6 +63,11 @@ class Holdings:
                 self._open[token] = left - count
             return True
 
+    def holds(self, token: str) -> bool:
+        """Return whether a message of ``token`` is still unsettled."""
+        with self._lock:
+            return token in self._open
+
     def drop(self, tokens: Iterable[str]) -> set[str]:
         """Stop holding ``tokens`` entirely; return those that were held."""
         with self._lock:

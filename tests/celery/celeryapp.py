@@ -9,6 +9,7 @@ tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -88,6 +89,11 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         note(log, "body", len(keys))
         return sorted(keys)
 
+    @app.task(shared=False, name="die_after_result")
+    def die_after_result(key: str) -> str:
+        note(log, "run", key)
+        return key  # the task_success handler below kills this worker
+
     @app.task(shared=False, name="boom")
     def boom() -> None:
         raise ValueError("boom")
@@ -98,6 +104,13 @@ def _ready(sender: Any = None, **kwargs: Any) -> None:
     log = os.environ.get("CELERY_LOG")
     if log:
         note(log, "ready", getattr(sender, "hostname", "?"))
+
+
+@signals.task_success.connect
+def _die_after_result(sender: Any = None, **kwargs: Any) -> None:
+    """Kill this worker once ``die_after_result``'s result is stored, before Celery acks it."""
+    if getattr(sender, "name", None) == "die_after_result":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @signals.task_received.connect

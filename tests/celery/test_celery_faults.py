@@ -187,3 +187,30 @@ def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, even
     runs = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"]
     assert len(runs) == 2 and runs[1].pid != child
     assert runs[1].at - killed < 5  # requeued at once; the 10 s lease never expired
+
+
+@pytest.mark.parametrize("lease", [2.0])
+@pytest.mark.parametrize("pool", ["solo", "threads"])
+def test_a_stored_result_and_its_acknowledgement_are_one_step(
+    app, start_worker, events, celery_url, namespace, pool
+):
+    """A worker killed after storing a result, before Celery acks, does not leave it to rerun.
+
+    With ``acks_late`` in a solo or threads pool the result's script deletes
+    the task's message too: once the result is visible, nothing of the task
+    is left in the queue, so no lease expiry brings it back.
+    """
+    victim = start_worker("victim", pool=pool)
+    result = app.send_task("die_after_result", ("once",))
+    assert victim.process.wait(timeout=60) == -signal.SIGKILL
+    assert result.get(timeout=10) == "once"
+    runner = RedisRunner(celery_url, namespace=namespace)
+    try:
+        stats = RedisBrokerCore(runner).get_queue_stat("celery")
+        assert stats.total == 0, stats  # not pending, not reserved: deleted with the result
+    finally:
+        runner.shutdown()
+    # A second worker finds nothing to run again, however long the lease has expired.
+    start_worker("heir")
+    assert app.send_task("add", (2, 3)).get(timeout=30) == 5
+    assert [e.pid for e in read_events(events) if e.kind == "run"] == [victim.pid]

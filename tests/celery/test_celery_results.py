@@ -29,3 +29,95 @@ def test_results_expire_after_result_expires(app, raw: redis.Redis, namespace):
     key = backend.runner.keys.celery_entry("celery-task-meta-t2")
     assert 0 < raw.pttl(key) <= 2000
     assert AsyncResult("t2", app=app).get(timeout=10) == 7
+
+
+def _reserved(runner, queue: str = "tasks"):
+    """Write one message to ``queue`` and reserve it: (leases, lease)."""
+    from simplebroker_redis import Leases, RedisBrokerCore
+
+    RedisBrokerCore(runner).write(queue, "task body")
+    leases = Leases(runner)
+    lease = leases.reserve(queue, 1, 30.0)
+    assert len(lease.messages) == 1
+    return leases, lease
+
+
+def _store(runner, name: str, value: str, ack):
+    from simplebroker_redis import calls
+
+    return runner.run(calls.celery_store(runner.keys, name, value, None, None, guard=True, ack=ack))
+
+
+def _total(runner, queue: str = "tasks") -> int:
+    from simplebroker_redis import RedisBrokerCore
+
+    return RedisBrokerCore(runner).get_queue_stat(queue).total
+
+
+def test_storing_a_result_can_delete_the_task_message_in_the_same_step(runner, raw):
+    _, lease = _reserved(runner)
+    ack = (lease.token, lease.messages[0].id)
+    outcome = _store(runner, "celery-task-meta-a", '{"status": "SUCCESS", "result": 1}', ack)
+    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 1, 0)
+    assert _total(runner) == 0
+    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) is not None
+    # The same acknowledgement again (a retried store): the result is kept, nothing to delete.
+    again = _store(runner, "celery-task-meta-a", '{"status": "FAILURE"}', ack)
+    assert (again.stored, again.settlement.settled, again.settlement.lost) == (0, 0, 1)
+    assert "SUCCESS" in raw.get(runner.keys.celery_entry("celery-task-meta-a"))
+
+
+def test_a_kept_result_still_acknowledges_the_rerun_task(runner, raw):
+    raw.set(runner.keys.celery_entry("celery-task-meta-b"), '{"status": "SUCCESS", "result": 1}')
+    _, lease = _reserved(runner)
+    outcome = _store(
+        runner,
+        "celery-task-meta-b",
+        '{"status": "SUCCESS", "result": 2}',
+        (lease.token, lease.messages[0].id),
+    )
+    assert (outcome.stored, outcome.settlement.settled) == (0, 1)
+    assert _total(runner) == 0
+    assert '"result": 1' in raw.get(runner.keys.celery_entry("celery-task-meta-b"))
+
+
+def test_an_unreadable_stored_entry_leaves_result_and_message_alone(runner, raw):
+    """The guard cannot read another serializer's entry: nothing is done, nothing acknowledged."""
+    key = runner.keys.celery_entry("celery-task-meta-c")
+    raw.set(key, "\x80pickled")
+    _, lease = _reserved(runner)
+    outcome = _store(
+        runner, "celery-task-meta-c", '{"status": "SUCCESS"}', (lease.token, lease.messages[0].id)
+    )
+    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (-1, 0, 0)
+    assert raw.get(key) == "\x80pickled"
+    assert _total(runner) == 1
+
+
+def test_a_wrong_typed_result_key_refuses_before_acknowledging(runner, raw):
+    from simplebroker.ext import DataError
+
+    key = runner.keys.celery_entry("celery-task-meta-d")
+    raw.rpush(key, "not a string")
+    leases, lease = _reserved(runner)
+    with pytest.raises(DataError, match="celery-task-meta-d"):
+        _store(
+            runner,
+            "celery-task-meta-d",
+            '{"status": "SUCCESS"}',
+            (lease.token, lease.messages[0].id),
+        )
+    assert _total(runner) == 1  # still reserved by its token
+    assert leases.ack(lease.token, None, delete=True).settled == 1
+
+
+def test_an_expired_reservation_stores_the_result_and_reports_the_message_lost(runner):
+    _, lease = _reserved(runner)
+    outcome = _store(
+        runner,
+        "celery-task-meta-e",
+        '{"status": "SUCCESS"}',
+        ("no-such-token", lease.messages[0].id),
+    )
+    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 0, 1)
+    assert _total(runner) == 1  # its own token still holds it

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
@@ -42,8 +43,10 @@ from simplebroker_redis import RedisBrokerCore, calls
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
+from .channel import parse_tag
 from .options import make_runner, resolve_target, shown_url
 from .staging import staging
+from .transport import Transport, holder_of
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -102,6 +105,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         options = self.app.conf.get("result_backend_transport_options") or {}
         self.runner = make_runner(resolve_target(url), options)
         self._core: RedisBrokerCore | None = None
+        self._finishing = threading.local()  # the request mark_as_done is storing
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         return super().__reduce__(args, {**(kwargs or {}), "url": self.url})
@@ -142,15 +146,64 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         """Store ``value`` (expires after ``result_expires``); a task's result wakes waiters."""
         self._store(key, value, guard=False)
 
-    def _store(self, key: str | bytes, value: str | bytes, *, guard: bool) -> int:
+    def _store(
+        self,
+        key: str | bytes,
+        value: str | bytes,
+        *,
+        guard: bool,
+        ack: tuple[str, int] | None = None,
+    ) -> calls.CeleryStored:
         name = bytes_to_str(key)
         prefix = bytes_to_str(self.task_keyprefix)
         wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
         expires_ms = int(self.expires) * 1000 if self.expires else None
         call = calls.celery_store(
-            self.runner.keys, name, encode_value(value), expires_ms, wake, guard=guard
+            self.runner.keys, name, encode_value(value), expires_ms, wake, guard=guard, ack=ack
         )
         return self.runner.run(call)
+
+    def mark_as_done(
+        self,
+        task_id: str,
+        result: Any,
+        request: Any = None,
+        store_result: bool = True,
+        state: str = states.SUCCESS,
+    ) -> None:
+        """Store a finished task's result; in the worker holding it, acknowledge it too.
+
+        See :meth:`_holder`: with ``acks_late`` in a solo or threads pool the
+        result and the task message's acknowledgement are one script.
+        """
+        self._finishing.request = request
+        try:
+            super().mark_as_done(task_id, result, request, store_result, state)
+        finally:
+            self._finishing.request = None
+
+    def _holder(self, request: Any) -> tuple[Transport, tuple[str, int]] | None:
+        """Return the transport of this process holding the message of a succeeded task.
+
+        Only for the result :meth:`mark_as_done` stores, of a task with
+        ``acks_late`` (Celery acknowledges it right after storing it), when
+        this process holds its reservation (a solo or threads pool; a
+        prefork child does not) on this backend's server and namespace.
+        """
+        if request is None or request is not getattr(self._finishing, "request", None):
+            return None
+        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+        task = self.app.tasks.get(getattr(request, "task", None))
+        if not isinstance(tag, str) or task is None or not task.acks_late:
+            return None
+        try:
+            message = parse_tag(tag)
+        except ValueError:  # not one of this transport's tags
+            return None
+        transport = holder_of(message[0], self.runner.identity)
+        if transport is None or not transport.ack_with_result(*message):
+            return None
+        return transport, message
 
     def _store_result(
         self,
@@ -165,14 +218,20 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
         Celery's key-value backends read the stored state first (a task that
         ran twice must not overwrite SUCCESS), then write; here the script
-        does both atomically, and wakes the result's waiters.
+        does both atomically, and wakes the result's waiters. A succeeded
+        task's message is acknowledged in the same script when this process
+        holds it (:meth:`_holder`).
         """
         meta = self._get_result_meta(
             result=result, state=state, traceback=traceback, request=request
         )
         meta["task_id"] = bytes_to_str(task_id)
         key, value = self.get_key_for_task(task_id), self.encode(meta)
-        if self._store(key, value, guard=True) < 0:  # not JSON: Celery's own check
+        holder = self._holder(request) if state == states.SUCCESS else None
+        outcome = self._store(key, value, guard=True, ack=holder and holder[1])
+        if holder is not None and outcome.stored >= 0:
+            holder[0].acked_with_result(*holder[1], outcome.settlement)
+        if outcome.stored < 0:  # not JSON: Celery's own check
             if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
                 self._store(key, value, guard=False)
         return result

@@ -8,6 +8,7 @@ only concern the transport. See ``docs/celery.md`` for the table.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -76,6 +77,7 @@ def shown_url(url: str | None, include_password: bool = False) -> str:
     return shown if shown.startswith("simplebroker") else f"simplebroker+{shown}"
 
 
+@functools.lru_cache(maxsize=4096)  # called for every delivery: a few names, pure
 def storage_queue(name: str) -> str:
     """Return the SimpleBroker queue that stores the Celery queue ``name``.
 

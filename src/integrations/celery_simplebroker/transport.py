@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from queue import Empty
@@ -28,7 +30,7 @@ from kombu.transport import virtual
 from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore
+from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore, Settlement
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.validation import validate_message
 
@@ -42,6 +44,27 @@ logger = logging.getLogger("celery_simplebroker")
 
 #: Lifetime (seconds) of the bindings of an ``auto_delete`` queue without ``x-expires``.
 AUTO_DELETE_LIFETIME: Final[float] = 30.0
+
+#: This process's transports that reserved messages and are not closed (consumers):
+#: the result backend finds a task's holder among them.
+_TRANSPORTS: set[Transport] = set()
+
+
+def holder_of(token: str, identity: object) -> Transport | None:
+    """Return this process's transport holding reservation ``token`` on target ``identity``.
+
+    None when no transport of this process (a forked pool child inherits its
+    parent's, which it does not hold) holds it on that server and namespace.
+    """
+    pid = os.getpid()
+    for transport in tuple(_TRANSPORTS):
+        if (
+            transport.pid == pid
+            and transport.runner.identity == identity
+            and transport.holdings.holds(token)
+        ):
+            return transport
+    return None
 
 
 class Transport(virtual.Transport):
@@ -80,6 +103,11 @@ class Transport(virtual.Transport):
         self._must_poll = True
         self._next_recheck = 0.0
         self._heartbeat: LeaseHeartbeat | None = None
+        self.pid = os.getpid()
+        # Messages acknowledged together with their task's result (see
+        # ack_with_result): True once the server confirmed it, False before.
+        self._with_result: dict[tuple[str, int], bool] = {}
+        self._with_result_lock = threading.Lock()
 
     # -- connection lifecycle --------------------------------------------------------
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
@@ -93,6 +121,7 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         """Close channels (handing held messages back), the heartbeat, and the pool."""
+        _TRANSPORTS.discard(self)
         try:
             super().close_connection(connection)
         finally:
@@ -211,6 +240,7 @@ class Transport(virtual.Transport):
         if lease.messages:
             self.holdings.hold(lease.token, len(lease.messages))
             self._ensure_heartbeat()
+            _TRANSPORTS.add(self)
         return lease
 
     def open_envelope(
@@ -258,25 +288,79 @@ class Transport(virtual.Transport):
 
     # -- settling ----------------------------------------------------------------------------
     def ack(self, token: str, message_id: int) -> None:
-        """Delete one reserved message (one round trip).
+        """Delete one reserved message (one round trip; none when its result did it).
 
         The heartbeat stops renewing it first: once the server settled a
         token's last message the token is gone, and a renewal racing with
         this call must not find it still held and report it lost.
         """
-        self.holdings.settle(token)
-        settlement = self.leases.ack(token, [message_id], delete=True)
+        with self._with_result_lock:
+            confirmed = self._with_result.pop((token, message_id), None)
+        if confirmed:
+            return
+        if confirmed is None:
+            self.holdings.settle(token)
+        self._report(self.leases.ack(token, [message_id], delete=True), message_id)
+
+    @staticmethod
+    def _report(settlement: Settlement, message_id: int) -> None:
         if settlement.lost:
             logger.warning(
                 "message %d was acknowledged after its lease expired; it may have run twice",
                 message_id,
             )
 
+    def ack_with_result(self, token: str, message_id: int) -> bool:
+        """Start acknowledging a held message in the script that stores its task's result.
+
+        Returns False when this transport does not hold it. Otherwise the
+        heartbeat stops renewing it (as for :meth:`ack`) and the caller
+        reports the script's outcome to :meth:`acked_with_result`; Celery's
+        own acknowledgement then costs nothing, or, when the script did not
+        confirm it, is sent as usual.
+        """
+        key = (token, message_id)
+        with self._with_result_lock:
+            if key in self._with_result:
+                return not self._with_result[key]  # a retried store carries it again
+            if not self.holdings.holds(token):
+                return False
+            self._with_result[key] = False
+        self.holdings.settle(token)
+        return True
+
+    def acked_with_result(self, token: str, message_id: int, settlement: Settlement) -> None:
+        """Record that the result's script deleted the message (``settlement`` from it)."""
+        with self._with_result_lock:
+            if (token, message_id) in self._with_result:
+                self._with_result[(token, message_id)] = True
+        self._report(settlement, message_id)
+
+    def _unsettled(self, token: str, ids: Iterable[int]) -> tuple[list[int], int]:
+        """Split ``ids`` for a release or reject: (still on the server, already unheld).
+
+        Drops messages whose result's script deleted them already; counts
+        those the heartbeat stopped renewing for an unconfirmed one.
+        """
+        left, unheld = [], 0
+        with self._with_result_lock:
+            for message_id in ids:
+                confirmed = self._with_result.pop((token, message_id), None)
+                if confirmed is None:
+                    left.append(message_id)
+                elif not confirmed:
+                    left.append(message_id)
+                    unheld += 1
+        return left, unheld
+
     def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
         """Make reserved messages pending again, atomically per reservation."""
         for token, ids in groups.items():
-            id_list = list(ids)
-            self.holdings.settle(token, len(id_list))  # before the server drops the token
+            id_list, unheld = self._unsettled(token, ids)
+            if not id_list:
+                continue
+            if len(id_list) > unheld:  # before the server drops the token
+                self.holdings.settle(token, len(id_list) - unheld)
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
             except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
@@ -294,7 +378,11 @@ class Transport(virtual.Transport):
         if target is None:
             self.ack(token, message_id)
             return
-        self.holdings.settle(token)  # before the server drops the token
+        left, unheld = self._unsettled(token, [message_id])
+        if not left:
+            return  # its result's script deleted it already
+        if not unheld:
+            self.holdings.settle(token)  # before the server drops the token
         self.leases.reject(token, [message_id], target)
 
     # -- waiting -------------------------------------------------------------------------------

@@ -1,36 +1,60 @@
 -- celery_store.lua: store one entry of the Celery result backend (a task's
--- result, a group's) and wake the waiters of a task's result, in one step.
+-- result, a group's) and wake the waiters of a task's result, in one step;
+-- optionally also acknowledge (delete) the reserved message of the task
+-- whose result it is, so that a stored result and its acknowledgement are
+-- one change (a worker that dies between the two cannot run it again).
 -- With the guard on, a task that already succeeded keeps its result: the
 -- check Celery's key-value backends make with a separate read (a task that
 -- ran twice must not overwrite SUCCESS), made atomic here.
--- uses: guard, members, celery
+-- uses: guard, members, celery, reservations
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
 -- ARGV: 1 wake prefix, 2 value, 3 expiry in ms ('' = none), 4 queue whose
 --       wake channel to publish on ('' = none), 5 guard ('1' = keep an
---       entry whose JSON says "status": "SUCCESS").
--- Returns: 1 stored, 0 kept (the task had succeeded), -1 nothing done: the
--- guard could not read the stored entry (not JSON: another serializer),
--- so the caller checks it itself.
+--       entry whose JSON says "status": "SUCCESS"), 6 reservation token
+--       ('' = acknowledge nothing), 7 the 19-digit ID to delete from it.
+-- Returns: {stored, settled, lost}: stored is 1 stored, 0 kept (the task
+-- had succeeded; its message is acknowledged all the same), -1 nothing
+-- done at all: the guard could not read the stored entry (not JSON:
+-- another serializer), so the caller checks it itself; settled/lost as in
+-- settle.lua (an unknown token or a damaged record: lost).
 -- Raises (before any write): ARG (a malformed expiry or key list), WRONGTYPE.
 celery_key_count(1)
 local entry = KEYS[FIXED_KEYS + 1]
-local value, px, queue, guard = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local value, px, queue, guard, token = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
 if px ~= '' and not string.find(px, '^[1-9]%d*$') then fail('ARG', 'expiry ' .. tostring(px)) end
 check_kind(entry, 'string')
+local stored = 1
 if guard == '1' then
   local current = redis.call('GET', entry)
   if current then
     local readable, meta = pcall(cjson.decode, current)
-    if not readable or type(meta) ~= 'table' then return -1 end
-    if meta['status'] == 'SUCCESS' then return 0 end
+    if not readable or type(meta) ~= 'table' then return {-1, 0, 0} end
+    if meta['status'] == 'SUCCESS' then stored = 0 end
   end
 end
 
-if px == '' then
-  redis.call('SET', entry, value)
-else
-  redis.call('SET', entry, value, 'PX', px)
+-- Plan the acknowledgement (reads and type checks) before the first write.
+local plan, emptied, lost = nil, {}, 0
+if token ~= '' then
+  if ARGV[7] == nil then fail('ARG', 'acknowledgement of ' .. token .. ' without an ID') end
+  lost = 1
+  local readable, record = pcall(read_record, token)
+  if readable and record then
+    plan = settle_plan(token, record, 'delete', '', {ARGV[7]})
+    emptied = settle_prepare({plan})
+  end
 end
-if queue ~= '' then wake(queue) end
-return 1
+
+if stored == 1 then
+  if px == '' then
+    redis.call('SET', entry, value)
+  else
+    redis.call('SET', entry, value, 'PX', px)
+  end
+  if queue ~= '' then wake(queue) end
+end
+local settled = 0
+if plan then settled, lost = settle_apply(plan) end
+for _, name in ipairs(emptied) do redis.call('ZREM', K_QUEUES, name) end
+return {stored, settled, lost}
