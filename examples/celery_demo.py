@@ -95,6 +95,7 @@ def run_tasks() -> None:
     results = group(add.s(i, i) for i in range(300))().get(timeout=120)
     elapsed = time.perf_counter() - started
     say(f"300 tasks with results in {elapsed:.2f} s ({len(results) / elapsed:.0f} tasks/s)")
+    app.close()  # its broker connections (the inspect replies' consumer included)
 
 
 def main() -> int:
@@ -122,6 +123,10 @@ def main() -> int:
         if worker is not None:
             stop_worker(worker)
         if server is not None:
+            # This process's idle wake-up connections close first, quietly.
+            from simplebroker_redis.activity import close_idle_listeners
+
+            close_idle_listeners()
             server.stop(remove_data=False)  # type: ignore[attr-defined]
             say("server stopped; its data stays in .demo/valkey")
     print(f"\ndemo finished in {time.perf_counter() - started:.1f} s")

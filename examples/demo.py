@@ -146,6 +146,10 @@ def main() -> int:
         if worker is not None:
             stop_worker(worker)
         if server is not None:
+            # This process's idle wake-up connections close first, quietly.
+            from simplebroker_redis.activity import close_idle_listeners
+
+            close_idle_listeners()
             server.stop(remove_data=False)  # type: ignore[attr-defined]
             say("server stopped; its data stays in .demo/valkey")
     print(f"\ndemo finished in {time.perf_counter() - started:.1f} s")

@@ -376,3 +376,37 @@ def test_a_listener_without_waiters_closes_its_connection_and_reopens_for_the_ne
         assert listener._thread is not None and listener._thread.is_alive()
     finally:
         again.close()
+
+
+def test_close_idle_listeners_closes_unused_connections_at_once(redis_url, namespace, broker, raw):
+    """Before a server it is done with stops, a process can drop its idle wake-up connections."""
+    from simplebroker_redis.activity import IDLE_LINGER, close_idle_listeners
+
+    busy = _waiter(redis_url, namespace, "busy")
+    listener = listener_for(broker.runner)
+    port = listener._pubsub.connection._sock.getsockname()[1]
+
+    def connected() -> bool:
+        return any(c["addr"].endswith(f":{port}") for c in raw.client_list())
+
+    try:
+        close_idle_listeners()  # (other tests' idle listeners may close)
+        assert listener.retirements == 0 and connected()  # a waiter uses this one: kept
+    finally:
+        busy.close()
+    started = time.monotonic()
+    assert close_idle_listeners() >= 1
+    assert time.monotonic() - started < IDLE_LINGER / 3  # did not linger
+    assert listener.retirements == 1 and listener._pubsub is None
+    deadline = time.monotonic() + 10  # the server notices the closed socket
+    while connected() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not connected()
+    # A later waiter lingers the full time again, and is woken as usual.
+    again = _waiter(redis_url, namespace, "busy")
+    try:
+        broker.write("busy", "x")
+        assert again.wait(5) is True
+    finally:
+        again.close()
+    assert listener._thread is not None and listener._thread.is_alive()

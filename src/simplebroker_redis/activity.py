@@ -96,6 +96,7 @@ class WakeupListener:
         self._control = runner.keys.wake_prefix + "~listener"
         self.reconnects = 0  #: completed reconnects (observability, tests)
         self.retirements = 0  #: times the thread ended for lack of subscribers
+        self._retire_soon = False  # close_idle_listeners(): retire without lingering
         # Marks that change whenever a channel may have received a wake-up:
         # the connection's epoch (one per connect and disconnect) and a count
         # of the messages read per channel. See quiet_mark().
@@ -109,6 +110,7 @@ class WakeupListener:
     def register(self, channels: Iterable[str], callback: Callback) -> None:
         """Deliver wake-ups on ``channels`` to ``callback`` (from the listener thread)."""
         with self._lock:
+            self._retire_soon = False
             fresh = []
             for channel in channels:
                 owners = self._callbacks.setdefault(channel, set())
@@ -208,14 +210,30 @@ class WakeupListener:
             if self._callbacks or self._stopping:
                 return None
             now = time.monotonic()
-            if idle_since is None:
-                return now
-            if now - idle_since < IDLE_LINGER:
-                return idle_since
+            if not self._retire_soon:
+                if idle_since is None:
+                    return now
+                if now - idle_since < IDLE_LINGER:
+                    return idle_since
+            self._retire_soon = False
             self._disconnect()
             self._thread = None
             self.retirements += 1
         raise _Retired
+
+    def retire_if_idle(self) -> threading.Thread | None:
+        """Have the thread close its connection now if no queue is subscribed.
+
+        Returns the thread to join, or None when there is nothing to close
+        (no thread, or a waiter still subscribed).
+        """
+        with self._lock:
+            thread = self._thread
+            if self._callbacks or thread is None or not thread.is_alive():
+                return None
+            self._retire_soon = True
+        self._poke()
+        return thread
 
     def _poke(self) -> None:
         try:
@@ -370,6 +388,25 @@ _LISTENERS_LOCK = threading.Lock()
 def existing_listener(runner: RedisRunner) -> WakeupListener | None:
     """Return this process's listener for the runner's namespace, if one exists."""
     return _LISTENERS.get((os.getpid(), *runner.identity))
+
+
+def close_idle_listeners(timeout: float = 5.0) -> int:
+    """Close this process's wake-up connections that no waiter uses, at once.
+
+    An idle listener closes its connection by itself after
+    :data:`IDLE_LINGER` seconds; call this before stopping a server the
+    process is done with (a demo, a test), so the listener does not see its
+    connection drop and log a reconnect warning. Waits up to ``timeout``
+    seconds in total for the listener threads; returns how many closed.
+    """
+    pid = os.getpid()
+    with _LISTENERS_LOCK:
+        listeners = [listener for key, listener in _LISTENERS.items() if key[0] == pid]
+    threads = [thread for listener in listeners if (thread := listener.retire_if_idle())]
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(not thread.is_alive() for thread in threads)
 
 
 def listener_for(runner: RedisRunner) -> WakeupListener:

@@ -275,3 +275,21 @@ def test_urls_shown_in_celerys_banner_hide_the_password_for_every_target_form(ta
         assert app.backend.as_uri(include_password=True) == f"simplebroker+{target}"
     finally:
         app.close()
+
+
+def test_a_cancelled_consumer_drops_its_wake_up_subscription(conn, redis_url, namespace):
+    """A connection that stopped consuming (``celery inspect``'s replies) subscribes to nothing."""
+    from simplebroker_redis.activity import existing_listener
+
+    queue = Queue("replies", Exchange("replies"), "replies")
+    runner = RedisRunner(redis_url, namespace=namespace)
+    channel = runner.keys.wake_channel(storage_queue("replies"))
+    try:
+        with Consumer(conn, [queue], callbacks=[lambda body, message: message.ack()]):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # polls (empty) and subscribes
+            listener = existing_listener(runner)
+            assert listener is not None and channel in listener._callbacks
+        assert channel not in listener._callbacks  # cancelled: unsubscribed, connection open
+    finally:
+        runner.shutdown()

@@ -399,7 +399,10 @@ class Transport(virtual.Transport):
         self._must_poll = True
         if consuming:
             self._ensure_heartbeat()
-        elif self._heartbeat is not None and not self.holdings.tokens() and not self._consumed():
+            return
+        consumed = self._consumed()
+        self.wakeups.keep(storage_queue(queue) for queue in consumed)
+        if self._heartbeat is not None and not self.holdings.tokens() and not consumed:
             self._heartbeat.stop()
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:

@@ -65,6 +65,19 @@ class Wakeups:
             listener.register([self._runner.keys.wake_channel(queue)], callback)
         return True
 
+    def keep(self, queues: Iterable[str]) -> None:
+        """Drop the subscriptions of queues not in ``queues`` (consumers cancelled).
+
+        Without it a connection that stopped consuming (``celery inspect``'s
+        reply queue, on a pooled connection) would keep its subscriptions,
+        and the process its wake-up connection, until the connection closes.
+        """
+        if self._pid != os.getpid():
+            return  # a forked child: watch() starts afresh
+        wanted = set(queues)
+        for queue in set(self._callbacks) - wanted:
+            self._unregister(queue)
+
     def close(self) -> None:
         """Drop every subscription (best effort: the listener outlives failures)."""
         for queue in list(self._callbacks):
