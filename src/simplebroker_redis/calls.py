@@ -38,8 +38,11 @@ class Call(Generic[R]):
     """One script run: name, arguments, and the parser of its reply.
 
     ``command`` instead of ``script`` runs plain commands (a function of
-    the client, sync or asyncio alike). ``idempotent`` calls change nothing
-    and may be retried once after a connection error. A call bound to an
+    the client, sync or asyncio alike; one command when ``writes``).
+    ``idempotent`` calls change nothing and may be retried once after a
+    connection error. ``writes`` marks a plain command that changes data:
+    with the durability options it is followed by WAIT/WAITAOF, as every
+    state-changing script is. A call bound to an
     asyncio runner (``dataclasses.replace(call, runner=...)``) can be awaited
     directly.
     """
@@ -51,6 +54,7 @@ class Call(Generic[R]):
     command: Callable[[Any], Any] | None = None
     idempotent: bool = False
     runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
+    writes: bool = False  #: a plain command that changes data (see above)
 
     def __await__(self) -> Generator[Any, None, R]:
         """Run this call on the asyncio runner it is bound to, and return its reply."""

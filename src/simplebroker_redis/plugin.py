@@ -143,7 +143,7 @@ class RedisBackendPlugin:
     def write_last_ts(self, runner: RedisRunner, ts: int) -> None:
         """Overwrite the durable high-water mark (repair tools and tests only)."""
         key = runner.keys.meta
-        runner.execute(lambda client: client.hset(key, "last_ts", format_id(ts)))
+        runner.execute(lambda client: client.hset(key, "last_ts", format_id(ts)), writes=True)
 
     def read_magic(self, runner: RedisRunner) -> str | None:
         """Return the namespace magic string, or None."""

@@ -180,12 +180,9 @@ class RunnerBase:
 
     def durable(self, call: Call[Any]) -> bool:
         """Return whether ``call`` is followed by WAIT/WAITAOF (a state-changing script)."""
-        return (
-            self.options.durable
-            and call.script is not None
-            and call.script not in _NOT_DURABLE
-            and not call.idempotent
-        )
+        if not self.options.durable or call.idempotent:
+            return False
+        return call.writes if call.script is None else call.script not in _NOT_DURABLE
 
     def _pipelined(
         self, pipe: Any, operation: Callable[[Any], Any], call: Call[Any], ask: bool
@@ -545,9 +542,20 @@ class RedisRunner(RunnerBase):
         except redis.RedisError as exc:
             raise translate(exc, self.where) from exc
 
-    def execute(self, operation: Callable[[redis.Redis], R], *, idempotent: bool = False) -> R:
-        """Run plain commands ``operation(client)`` under the same failure rule."""
-        result: R = self.run(Call(_same, command=operation, idempotent=idempotent))
+    def execute(
+        self,
+        operation: Callable[[redis.Redis], R],
+        *,
+        idempotent: bool = False,
+        writes: bool = False,
+    ) -> R:
+        """Run plain commands ``operation(client)`` under the same failure rule.
+
+        ``writes``: ``operation`` is one command that changes data; with the
+        durability options WAIT/WAITAOF follow it.
+        """
+        call = Call(_same, command=operation, idempotent=idempotent, writes=writes)
+        result: R = self.run(call)
         return result
 
     def ensure_initialized(self) -> None:

@@ -121,3 +121,42 @@ def test_an_expired_reservation_stores_the_result_and_reports_the_message_lost(r
     )
     assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 0, 1)
     assert _total(runner) == 1  # its own token still holds it
+
+
+def test_durability_options_reach_every_write_of_the_result_backend(redis_url, namespace, raw):
+    """``wait_replicas`` is passed through: each write, scripts and plain commands, WAITs."""
+    from celery import Celery
+
+    from simplebroker_redis import ReplicationTimeout
+
+    app = Celery("durable", backend=f"simplebroker+{redis_url}")
+    app.conf.result_backend_transport_options = {
+        "namespace": namespace,
+        "wait_replicas": 1,  # the test server has no replica
+        "wait_timeout": 0.1,
+    }
+    backend = app.backend
+    try:
+        with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
+            backend.store_result("t3", 3, states.SUCCESS)  # celery_store.lua
+        key = backend.runner.keys.celery_entry("celery-task-meta-t3")
+        assert raw.get(key) is not None  # it happened
+        with pytest.raises(ReplicationTimeout):
+            backend.expire("celery-task-meta-t3", 60)  # a plain EXPIRE
+        assert 0 < raw.ttl(key) <= 60
+        with pytest.raises(ReplicationTimeout):
+            backend.delete("celery-task-meta-t3")
+        assert raw.get(key) is None
+        assert backend.get("celery-task-meta-t3") is None  # reads do not wait
+    finally:
+        app.close()
+
+
+def test_an_invalid_passed_backend_option_is_refused_with_its_name(redis_url, namespace):
+    from celery import Celery
+    from simplebroker.ext import BrokerError
+
+    app = Celery("bad", backend=f"simplebroker+{redis_url}")
+    app.conf.result_backend_transport_options = {"namespace": namespace, "wait_replicas": -1}
+    with pytest.raises(BrokerError, match="wait_replicas"):
+        app.backend  # noqa: B018 - building it validates the options

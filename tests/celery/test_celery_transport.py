@@ -293,3 +293,13 @@ def test_a_cancelled_consumer_drops_its_wake_up_subscription(conn, redis_url, na
         assert channel not in listener._callbacks  # cancelled: unsubscribed, connection open
     finally:
         runner.shutdown()
+
+
+def test_durability_options_are_passed_to_the_transport(redis_url, options, core):
+    from simplebroker_redis import ReplicationTimeout
+
+    durable = {**options, "wait_replicas": 1, "wait_timeout": 0.1}  # no replica here
+    with Connection(f"simplebroker+{redis_url}", transport_options=durable) as conn:
+        with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
+            Producer(conn.default_channel).publish({"n": 1}, routing_key="durable", retry=False)
+    assert len(core.peek_many(storage_queue("durable"), 10)) == 1  # written, not confirmed

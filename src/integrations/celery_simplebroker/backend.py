@@ -239,18 +239,18 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
     def delete(self, key: str | bytes) -> None:
         """Delete ``key``."""
         name = self._key(key)
-        self.runner.execute(lambda client: client.delete(name))
+        self.runner.execute(lambda client: client.delete(name), writes=True)
 
     def incr(self, key: str | bytes) -> int:
         """Increment the counter ``key`` atomically and return its new value."""
         name = self._key(key)
-        return int(self.runner.execute(lambda client: client.incr(name)))
+        return int(self.runner.execute(lambda client: client.incr(name), writes=True))
 
     def expire(self, key: str | bytes, value: Any) -> None:
         """Let ``key`` expire after ``value`` seconds (no-op when falsy)."""
         if value:
             name, seconds = self._key(key), int(value)
-            self.runner.execute(lambda client: client.expire(name, seconds))
+            self.runner.execute(lambda client: client.expire(name, seconds), writes=True)
 
     # -- waiting ----------------------------------------------------------------------
     def _waiter(self, task_ids: Iterable[str]) -> QueueActivityWaiter | None:

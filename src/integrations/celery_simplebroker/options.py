@@ -170,12 +170,31 @@ class TransportOptions:
         )
 
 
+#: Backend options (README, ``[backend_options]``) the transport and the result
+#: backend pass through from their ``*_transport_options`` when given.
+PASSED_OPTIONS: Final[tuple[str, ...]] = (
+    "scripting",
+    "wait_replicas",
+    "wait_timeout",
+    "wait_aof",
+    "sentinel_password",
+)
+
+
 def make_runner(target: str, options: Mapping[str, Any]) -> RedisRunner:
-    """Return a runner for ``target`` with the connection options of ``options``."""
+    """Return a runner for ``target`` with the connection options of ``options``.
+
+    Raises:
+        InvalidConfigError: A passed-through backend option is invalid
+            (SimpleBroker's error, naming the option).
+
+    """
     timeout = options.get("pool_timeout")
+    passed = {name: options[name] for name in PASSED_OPTIONS if name in options}
     return RedisRunner(
         target,
         namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
         max_connections=int(options.get("max_connections", 50)),
         pool_timeout=None if timeout is None else float(timeout),
+        **passed,
     )

@@ -206,7 +206,9 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         write = ResultWrite(key, self._dump(result), self.expiry_ms)
         if runtime is not None and runtime.stash(write):
             return
-        await runner.execute(lambda client: client.set(write.key, write.value, px=write.px))
+        await runner.execute(
+            lambda client: client.set(write.key, write.value, px=write.px), writes=True
+        )
 
     async def set_result_if_absent(self, task_id: str, result: TaskiqResult[_ReturnType]) -> bool:
         """Store the result of ``task_id`` unless it has one; True when stored (``SET NX``)."""
@@ -214,7 +216,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         key = runner.keys.result_key(task_id)
         value = self._dump(result)
         stored = await runner.execute(
-            lambda client: client.set(key, value, px=self.expiry_ms, nx=True)
+            lambda client: client.set(key, value, px=self.expiry_ms, nx=True), writes=True
         )
         return bool(stored)
 
@@ -269,7 +271,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         runner, _ = self._shard(task_id)
         key = runner.keys.progress_key(task_id)
         value = self._dump(progress)
-        await runner.execute(lambda client: client.set(key, value, px=self.expiry_ms))
+        await runner.execute(lambda client: client.set(key, value, px=self.expiry_ms), writes=True)
 
     async def get_progress(self, task_id: str) -> TaskProgress[Any] | None:
         """Return the last progress stored for ``task_id``, or None."""

@@ -239,12 +239,14 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         await self.runner.ensure_initialized()
         key = self.runner.keys.schedules
         value = schedule.model_dump_json()
-        await self.runner.execute(lambda client: client.hset(key, schedule.schedule_id, value))
+        await self.runner.execute(
+            lambda client: client.hset(key, schedule.schedule_id, value), writes=True
+        )
 
     async def delete_schedule(self, schedule_id: str) -> None:
         """Delete a schedule (no error when it does not exist); no run of it is claimed after."""
         key = self.runner.keys.schedules
-        await self.runner.execute(lambda client: client.hdel(key, schedule_id))
+        await self.runner.execute(lambda client: client.hdel(key, schedule_id), writes=True)
 
     async def pre_send(self, task: ScheduledTask) -> None:
         """Claim this due run of ``task``; skip the send unless this scheduler got it.

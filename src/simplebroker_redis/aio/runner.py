@@ -96,10 +96,19 @@ class AsyncRedisRunner(RunnerBase):
                     attempt.remedied(await self.run(remedy))
 
     async def execute(
-        self, operation: Callable[[aioredis.Redis], Awaitable[R]], *, idempotent: bool = False
+        self,
+        operation: Callable[[aioredis.Redis], Awaitable[R]],
+        *,
+        idempotent: bool = False,
+        writes: bool = False,
     ) -> R:
-        """Await plain commands ``operation(client)`` under the same failure rule."""
-        result: R = await self.run(Call(_same, command=operation, idempotent=idempotent))
+        """Await plain commands ``operation(client)`` under the same failure rule.
+
+        ``writes``: ``operation`` is one command that changes data; with the
+        durability options WAIT/WAITAOF follow it.
+        """
+        call = Call(_same, command=operation, idempotent=idempotent, writes=writes)
+        result: R = await self.run(call)
         return result
 
     async def ensure_initialized(self) -> None:
