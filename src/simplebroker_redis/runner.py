@@ -596,9 +596,9 @@ def _same(value: R) -> R:
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # the optional hiredis extra
-    _pack: Callable[[tuple[Any, ...]], bytes] | None = None
+    pack_command: Callable[[tuple[Any, ...]], bytes] | None = None
 else:
-    _pack = _hiredis_pack
+    pack_command = _hiredis_pack
 
 
 def direct(client: redis.Redis, command: tuple[Any, ...]) -> Any:
@@ -613,10 +613,10 @@ def direct(client: redis.Redis, command: tuple[Any, ...]) -> Any:
     pool = client.connection_pool
     connection: Any = pool.get_connection()  # redis-py's connections are untyped
     try:
-        if _pack is None:
+        if pack_command is None:
             connection.send_command(*command)
         else:  # what redis-py's hiredis packer ends in, without its per-argument pass
-            connection.send_packed_command((_pack(command),))
+            connection.send_packed_command((pack_command(command),))
         return connection.read_response()
     finally:
         pool.release(connection)

@@ -16,7 +16,7 @@ from ..calls import Call
 from ..calls import init as init_call
 from ..connection import AsyncRoute
 from ..errors import translate
-from ..runner import WAITAOF_INFO, RedisRunner, RunnerBase
+from ..runner import WAITAOF_INFO, RedisRunner, RunnerBase, pack_command
 
 R = TypeVar("R")
 
@@ -67,7 +67,8 @@ class AsyncRedisRunner(RunnerBase):
         """Await ``call`` (one round trip) and return its parsed reply."""
         here = self._here()
         route = here.route
-        operation, attempt = self._operation(call), self._attempt(call, route.moved)
+        command = None if call.script is None else self._script_command(call)
+        operation, attempt = self._operation(call, command), self._attempt(call, route.moved)
         if self.durable(call) and self.options.wait_aof and not here.aof_checked:
             problem = self._aof_problem(await self.run(WAITAOF_INFO))
             if problem is not None:
@@ -77,6 +78,8 @@ class AsyncRedisRunner(RunnerBase):
             with attempt:
                 client = await route.primary() if attempt.ask is None else route.node(attempt.ask)
                 if attempt.ask is None and not self.durable(call):
+                    if command is not None:
+                        return call.parse(await direct(client, command))
                     return call.parse(await operation(client))
                 pipe = client.pipeline(transaction=False)
                 index = self._pipelined(pipe, operation, call, attempt.ask is not None)
@@ -127,3 +130,23 @@ class AsyncRedisRunner(RunnerBase):
 
 def _same(value: Any) -> Any:
     return value
+
+
+async def direct(client: aioredis.Redis, command: tuple[Any, ...]) -> Any:
+    """Send one command on a pooled connection of ``client``; return its raw reply.
+
+    The asyncio twin of :func:`simplebroker_redis.runner.direct`. The
+    connection disconnects itself when a send or read fails or is cancelled
+    (a reply left unread never returns to the pool); an error reply leaves
+    it clean.
+    """
+    pool: Any = client.connection_pool  # redis-py's asyncio pool is partly untyped
+    connection: Any = await pool.get_connection()
+    try:
+        if pack_command is None:
+            await connection.send_command(*command)
+        else:
+            await connection.send_packed_command((pack_command(command),))
+        return await connection.read_response()
+    finally:
+        await pool.release(connection)
