@@ -303,3 +303,80 @@ def test_durability_options_are_passed_to_the_transport(redis_url, options, core
         with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
             Producer(conn.default_channel).publish({"n": 1}, routing_key="durable", retry=False)
     assert len(core.peek_many(storage_queue("durable"), 10)) == 1  # written, not confirmed
+
+
+def test_priorities_are_separate_queues_read_highest_first(conn, core):
+    """Celery's ``priority`` (0-9, 9 first): ``<queue>.p<P>`` queues, FIFO within one."""
+    producer = Producer(conn.default_channel)
+    for body, priority in [("a", 0), ("b", 0), ("urgent", 9), ("c", 0), ("mid", 5), ("mid2", 5)]:
+        producer.publish(body, routing_key="jobs", serializer="json", priority=priority)
+    stored = {name: len(core.peek_many(name, 10)) for name in ("jobs.p9", "jobs.p5", "jobs")}
+    assert stored == {"jobs.p9": 1, "jobs.p5": 2, "jobs": 3}  # broker peek shows each priority
+    channel = conn.default_channel
+    assert channel.queue_declare("jobs", passive=True).message_count == 6
+    taken = []
+    while (message := channel.basic_get("jobs")) is not None:
+        taken.append(message.payload)
+        message.ack()
+    assert taken == ["urgent", "mid", "mid2", "a", "b", "c"]
+
+
+def test_priorities_off_keeps_one_queue_in_write_order(redis_url, options, core):
+    with Connection(
+        f"simplebroker+{redis_url}", transport_options={**options, "priorities": False}
+    ) as conn:
+        producer = Producer(conn.default_channel)
+        for body, priority in [("a", 0), ("urgent", 9), ("b", 3)]:
+            producer.publish(body, routing_key="jobs", serializer="json", priority=priority)
+        assert core.peek_many("jobs.p9", 10) == []
+        taken = []
+        while (message := conn.default_channel.basic_get("jobs")) is not None:
+            taken.append(message.payload)
+            message.ack()
+    assert taken == ["a", "urgent", "b"]
+
+
+def test_purge_removes_every_priority(conn, core):
+    producer = Producer(conn.default_channel)
+    for priority in (0, 4, 9):
+        producer.publish("x", routing_key="jobs", serializer="json", priority=priority)
+    assert conn.default_channel.queue_purge("jobs") == 3
+    assert [core.peek_many(name, 10) for name in ("jobs", "jobs.p4", "jobs.p9")] == [[], [], []]
+
+
+@pytest.mark.parametrize("priority", [9, 0])
+def test_an_idle_consumer_wakes_for_a_message_of_any_priority(conn, redis_url, options, priority):
+    received: list[Any] = []
+    queue = Queue("jobs", Exchange("jobs"), "jobs")
+
+    def on_message(body: Any, message: Any) -> None:
+        received.append(body)
+        message.ack()
+
+    with Consumer(conn, [queue], callbacks=[on_message]):
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.3)  # polls (empty) and subscribes to every priority
+        sent: list[float] = []
+
+        def send() -> None:
+            with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+                sent.append(time.monotonic())
+                Producer(other.default_channel).publish(
+                    "wake", routing_key="jobs", serializer="json", priority=priority
+                )
+
+        thread = threading.Thread(target=send)
+        thread.start()
+        conn.drain_events(timeout=5)  # the idle recheck is 10 s: only a wake-up helps
+        woken = time.monotonic()
+        thread.join()
+    assert received == ["wake"] and woken - sent[0] < 1.0
+
+
+def test_an_invalid_priorities_option_is_refused(redis_url, options):
+    from celery_simplebroker.options import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="priorities"):
+        Connection(
+            f"simplebroker+{redis_url}", transport_options={**options, "priorities": "yes"}
+        ).connect()

@@ -122,3 +122,15 @@ def test_eta_tasks_beyond_the_prefetch_window_are_all_taken_at_once(app, start_w
     started = time.monotonic()
     wait_for(held, 30, "the worker to hold all eight ETA tasks")
     assert time.monotonic() - started < 8  # not one window per 10 s idle recheck
+
+
+def test_a_worker_runs_higher_priority_tasks_first(app, start_worker, events):
+    """Tasks sent with ``priority=9`` before the worker starts run before older ones."""
+    low = [app.send_task("record", (f"low{i}",)) for i in range(4)]
+    high = app.send_task("record", ("high",), priority=9)
+    mid = app.send_task("record", ("mid",), priority=5)
+    start_worker("w1")
+    assert high.get(timeout=60) == "high" and mid.get(timeout=60) == "mid"
+    assert [r.get(timeout=60) for r in low] == [f"low{i}" for i in range(4)]
+    starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
+    assert starts == ["high", "mid", "low0", "low1", "low2", "low3"]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kombu.transport import virtual
 
 from simplebroker_redis import LeasedMessage, calls
+from simplebroker_redis.priorities import priority_queue
 
 from .bindings import Binding
 from .options import storage_queue
@@ -138,7 +139,10 @@ class Channel(virtual.Channel):
         During a chord's dispatch the message is staged instead, and written
         together with the chord's ``done`` mark (see :mod:`.staging`).
         """
-        self.transport.write(storage_queue(queue), self._envelope(message))
+        storage = storage_queue(queue)
+        if self.transport.options.priorities:
+            storage = priority_queue(storage, self._get_message_priority(message))
+        self.transport.write(storage, self._envelope(message))
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -186,9 +190,10 @@ class Channel(virtual.Channel):
         return self.transport.purge(storage_queue(queue))
 
     def _size(self, queue: str) -> int:
-        """Return the queue's ready messages: pending and held by no worker (one round trip)."""
+        """Return the queue's ready messages: pending and held by no worker (every priority)."""
         runner = self.transport.runner
-        return runner.run(calls.ready_count(runner.keys, storage_queue(queue)))
+        levels = self.transport.levels(storage_queue(queue))
+        return sum(runner.run(calls.ready_count(runner.keys, level)) for level in levels)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         """Return True: a SimpleBroker queue exists implicitly."""
@@ -266,12 +271,12 @@ class Channel(virtual.Channel):
             raise Empty()  # the prefetch window is full, not the queue empty
         storage, wakeups = storage_queue(queue), self.transport.wakeups
         generation = wakeups.generation(storage)
-        lease = self.transport.reserve(storage, limit)
-        if len(lease.messages) < limit:  # it took every claimable message
+        reserved = self.transport.reserve(storage, limit)
+        if len(reserved) < limit:  # it took every claimable message
             wakeups.found_empty(storage, generation)
-        if not lease.messages:
+        if not reserved:
             raise Empty()
-        buffer.extend((lease.token, message) for message in lease.messages)
+        buffer.extend(reserved)
 
     def _claim(self, queue: str) -> dict[str, Any]:
         storage, wakeups = storage_queue(queue), self.transport.wakeups

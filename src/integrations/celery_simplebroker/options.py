@@ -136,6 +136,7 @@ class TransportOptions:
     dead_letter_queue: str | None = None
     max_connections: int = 50
     pool_timeout: float | None = None
+    priorities: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> TransportOptions:
@@ -154,6 +155,9 @@ class TransportOptions:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ConfigurationError("transport option 'reserve_batch' must be an integer >= 1")
         pool_timeout = options.get("pool_timeout")
+        priorities = options.get("priorities", True)
+        if not isinstance(priorities, bool):
+            raise ConfigurationError("transport option 'priorities' must be True or False")
         return cls(
             namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
             lease_seconds=lease,
@@ -167,6 +171,7 @@ class TransportOptions:
             dead_letter_queue=storage_queue(str(dead_letter)) if dead_letter else None,
             max_connections=int(options.get("max_connections", 50)),
             pool_timeout=None if pool_timeout is None else float(pool_timeout),
+            priorities=priorities,
         )
 
 

@@ -30,8 +30,9 @@ from kombu.transport import virtual
 from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import Lease, LeasedMessage, Leases, RedisBrokerCore, Settlement
+from simplebroker_redis import LeasedMessage, Leases, RedisBrokerCore, Settlement
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.priorities import levels
 from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
@@ -97,6 +98,7 @@ class Transport(virtual.Transport):
         self._core: RedisBrokerCore | None = None
         self._leases: Leases | None = None
         self._queue_ttls: dict[str, float] = {}
+        self._levels: dict[str, tuple[str, ...]] = {}
         self._queue_lifetimes: dict[str, float] = {}
         self._expiring: dict[str, Binding] = {}
         self.wakeups = Wakeups(self.runner)
@@ -205,13 +207,15 @@ class Transport(virtual.Transport):
             self.bindings.bind(alive)
 
     def purge(self, queue: str) -> int:
-        """Delete the queue's messages that nobody holds (storage name); return how many."""
+        """Delete the queue's messages that nobody holds (storage name, every priority)."""
         leases, removed = self.leases, 0
-        while True:
-            lease = leases.reserve(queue, PURGE_BATCH, PURGE_LEASE)
-            if not lease.messages:
-                return removed
-            removed += leases.ack(lease.token, None, delete=True).settled
+        for source in self.levels(queue):
+            while True:
+                lease = leases.reserve(source, PURGE_BATCH, PURGE_LEASE)
+                if not lease.messages:
+                    break
+                removed += leases.ack(lease.token, None, delete=True).settled
+        return removed
 
     # -- publishing -----------------------------------------------------------------------------
     def write(self, queue: str, envelope: str) -> None:
@@ -224,24 +228,41 @@ class Transport(virtual.Transport):
         stage.messages.append((queue, envelope))
 
     # -- taking messages ----------------------------------------------------------------------
-    def reserve(self, queue: str, limit: int) -> Lease:
-        """Reserve up to ``limit`` messages of ``queue`` (storage name) for this process."""
+    def levels(self, queue: str) -> tuple[str, ...]:
+        """Return the storage queues of ``queue`` (storage name) in read order.
+
+        With priorities (the default) ``queue.p9`` ... ``queue.p1``, then
+        ``queue`` (:mod:`simplebroker_redis.priorities`); else ``queue`` alone.
+        """
+        found = self._levels.get(queue)
+        if found is None:
+            found = self._levels[queue] = levels(queue) if self.options.priorities else (queue,)
+        return found
+
+    def reserve(self, queue: str, limit: int) -> list[tuple[str, LeasedMessage]]:
+        """Reserve up to ``limit`` messages of ``queue`` (storage name), highest priority first.
+
+        One round trip (``reserve_queues`` over :meth:`levels`); returns
+        (token, message) pairs in delivery order.
+        """
         options = self.options
         dead_letter = options.dead_letter_queue
-        if dead_letter == queue:
+        sources = self.levels(queue)
+        if dead_letter in sources:
             dead_letter = None
-        lease = self.leases.reserve(
-            queue,
+        reserved = self.leases.reserve_queues(
+            [(source, dead_letter) for source in sources],
             limit,
             options.lease_seconds,
             max_deliveries=options.max_deliveries if dead_letter else None,
-            dead_letter=dead_letter,
         )
-        if lease.messages:
-            self.holdings.hold(lease.token, len(lease.messages))
+        for lease in reserved.leases:
+            if lease.messages:
+                self.holdings.hold(lease.token, len(lease.messages))
+        if reserved.messages:
             self._ensure_heartbeat()
             _TRANSPORTS.add(self)
-        return lease
+        return [(lease.token, message) for lease in reserved.leases for message in lease.messages]
 
     def open_envelope(
         self, queue: str, token: str, message: LeasedMessage
@@ -264,11 +285,27 @@ class Transport(virtual.Transport):
         return payload
 
     def claim(self, queue: str) -> dict[str, Any] | None:
-        """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none."""
-        row = self.core.claim_one(storage_queue(queue), with_timestamps=True)
-        if row is None:
-            raise Empty()
-        body, message_id = cast("tuple[str, int]", row)  # with_timestamps: (body, id)
+        """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none.
+
+        Without priorities one ``claim`` script; with them, a reservation
+        over the priority queues and its deletion (two round trips for a
+        message, one for an empty queue).
+        """
+        storage = storage_queue(queue)
+        if not self.options.priorities:
+            row = self.core.claim_one(storage, with_timestamps=True)
+            if row is None:
+                raise Empty()
+            body, message_id = cast("tuple[str, int]", row)  # with_timestamps: (body, id)
+        else:
+            reserved = self.leases.reserve_queues(
+                [(source, None) for source in self.levels(storage)], 1, PURGE_LEASE
+            )
+            if not reserved.leases:
+                raise Empty()
+            lease = reserved.leases[0]
+            body, message_id = lease.messages[0].body, lease.messages[0].id
+            self.leases.ack(lease.token, None, delete=True)
         try:
             payload: dict[str, Any] = json.loads(body)
             payload["properties"]["delivery_tag"] = f"claimed:{message_id}"
@@ -400,9 +437,8 @@ class Transport(virtual.Transport):
         if consuming:
             self._ensure_heartbeat()
             return
-        consumed = self._consumed()
-        self.wakeups.keep(storage_queue(queue) for queue in consumed)
-        if self._heartbeat is not None and not self.holdings.tokens() and not consumed:
+        self.wakeups.keep(self._watched())
+        if self._heartbeat is not None and not self.holdings.tokens() and not self._consumed():
             self._heartbeat.stop()
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
@@ -441,8 +477,16 @@ class Transport(virtual.Transport):
         consuming = [channel for channel in self.channels if channel._consumers]
         return bool(consuming) and not any(channel.qos.can_consume() for channel in consuming)
 
+    def _watched(self) -> dict[str, str]:
+        """Return every storage queue of the consumed queues -> the queue it counts for."""
+        return {
+            level: storage
+            for storage in (storage_queue(queue) for queue in self._consumed())
+            for level in self.levels(storage)
+        }
+
     def _watch(self) -> None:
-        if self.wakeups.watch(storage_queue(queue) for queue in self._consumed()):
+        if self.wakeups.watch(self._watched()):
             self._must_poll = True
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.activity import listener_for
@@ -41,27 +41,33 @@ class Wakeups:
         self._nudged = False
         self._generation: dict[str, int] = {}
         self._empty: set[str] = set()
-        self._callbacks: dict[str, Callable[[], None]] = {}
+        self._callbacks: dict[str, Callable[[], None]] = {}  # by watched queue
+        self._keys: dict[str, str] = {}  # watched queue -> the queue it counts for
         self._pid = os.getpid()
 
     # -- subscriptions (the consumer thread) -------------------------------------------------
-    def watch(self, queues: Iterable[str]) -> bool:
-        """Subscribe to exactly ``queues`` (storage names); return True when that changed.
+    def watch(self, queues: Mapping[str, str]) -> bool:
+        """Subscribe to exactly ``queues``; return True when that changed.
 
-        Returns once the server confirmed the new subscriptions, so a message
-        written after this call is never missed.
+        ``queues`` maps each storage queue to watch to the queue whose
+        wake-ups and "empty" mark it counts for (a priority queue counts
+        for its base queue: the consumer polls them together). Returns once
+        the server confirmed the new subscriptions, so a message written
+        after this call is never missed.
         """
         if self._pid != os.getpid():  # a forked child: the parent's listener is not ours
             self._pid = os.getpid()
             self._callbacks.clear()
-        wanted = set(queues)
-        if wanted == set(self._callbacks):
+            self._keys.clear()
+        wanted = dict(queues)
+        if wanted == self._keys:
             return False
         listener = listener_for(self._runner)
-        for queue in set(self._callbacks) - wanted:
+        for queue in [queue for queue, key in self._keys.items() if wanted.get(queue) != key]:
             self._unregister(queue)
-        for queue in sorted(wanted - set(self._callbacks)):
-            callback = self._callbacks[queue] = self._callback(queue)
+        for queue in sorted(set(wanted) - set(self._callbacks)):
+            key = self._keys[queue] = wanted[queue]
+            callback = self._callbacks[queue] = self._callback(key)
             listener.register([self._runner.keys.wake_channel(queue)], callback)
         return True
 
@@ -85,8 +91,9 @@ class Wakeups:
 
     def _unregister(self, queue: str) -> None:
         callback = self._callbacks.pop(queue)
+        key = self._keys.pop(queue, queue)
         with self._cond:
-            self._empty.discard(queue)
+            self._empty.discard(key)
         try:
             listener_for(self._runner).unregister(self._runner.keys.wake_channel(queue), callback)
         except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
@@ -111,7 +118,7 @@ class Wakeups:
     def found_empty(self, queue: str, generation: int) -> None:
         """Record that a poll begun at ``generation`` found ``queue`` empty."""
         with self._cond:
-            if queue in self._callbacks and self._generation.get(queue, 0) == generation:
+            if queue in self._keys.values() and self._generation.get(queue, 0) == generation:
                 self._empty.add(queue)
 
     def known_empty(self, queue: str) -> bool:

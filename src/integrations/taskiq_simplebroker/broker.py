@@ -21,6 +21,7 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.priorities import priority_queue
 from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
@@ -30,7 +31,7 @@ from .errors import ConfigurationError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
-from .routing import DEFAULT_QUEUE, listened_queues, priority_of, priority_queue, sources
+from .routing import DEFAULT_QUEUE, listened_queues, priority_of, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 

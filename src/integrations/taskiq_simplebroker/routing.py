@@ -18,20 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from simplebroker_redis.priorities import HIGHEST, priority_queue
 from simplebroker_redis.validation import validate_queue_name
 
 from .errors import ConfigurationError
 
 #: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
 DEFAULT_QUEUE: Final[str] = "taskiq"
-
-#: Highest priority; priorities are 0..HIGHEST, the highest runs first.
-HIGHEST: Final[int] = 9
-
-
-def priority_queue(queue: str, priority: int) -> str:
-    """Return the SimpleBroker queue of ``queue``'s tasks at ``priority``."""
-    return queue if priority == 0 else f"{queue}.p{priority}"
 
 
 def priority_of(label: object) -> int:
