@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "keys": 0,
     "options": 0,
     "validation": 0,
+    "priorities": 0,
     "ids": 0,
     "scripts": 0,
     "errors": 0,
