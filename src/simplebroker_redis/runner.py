@@ -151,18 +151,18 @@ class RunnerBase:
             backend_name="redis", target=self.target, backend_options=self.options.to_dict()
         )
 
-    def _operation(
-        self, call: Call[Any], command: tuple[Any, ...] | None = None
-    ) -> Callable[[Any], Any]:
+    def _operation(self, call: Call[Any], command: tuple[Any, ...] | None) -> Callable[[Any], Any]:
         """Return ``call`` as a function of a client or pipeline (sync or asyncio alike).
 
-        With the backend option ``scripting = "eval"`` a script runs by
-        EVALSHA; NOSCRIPT makes :class:`Attempt` load it and try again.
+        ``command`` is the script's command (:meth:`_script_command`), None
+        for a call of plain commands. With the backend option ``scripting =
+        "eval"`` a script runs by EVALSHA; NOSCRIPT makes :class:`Attempt`
+        load it and try again.
         """
-        if call.command is not None:
+        if command is None:
+            assert call.command is not None, "a Call names a script or a command"
             return call.command
-        script = self._script_command(call) if command is None else command
-        return lambda client: client.execute_command(*script)
+        return lambda client: client.execute_command(*command)
 
     def _script_command(self, call: Call[Any]) -> tuple[Any, ...]:
         """Return the FCALL (or EVALSHA) command that runs ``call``'s script."""
