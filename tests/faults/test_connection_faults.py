@@ -34,6 +34,7 @@ from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.namespace import cleanup
+from simplebroker_redis.runner import direct
 
 from .support import backend_connections, canonical, check_invariants, snapshot, wait_until
 
@@ -61,8 +62,12 @@ class World:
         return [self.base + n for n in range(1, 9)] + [self.base + 100]
 
     def connection_id(self) -> str:
-        """Return the server's ID of the idle pooled connection the next call uses."""
-        return str(self.core.runner.execute(lambda client: client.client_id()))
+        """Return the server's ID of the idle connection the next script uses.
+
+        Asked on the path scripts take (:func:`direct`): it hands out the
+        connection it was last given back, as the pool does.
+        """
+        return str(direct(self.core.runner.client, ("CLIENT", "ID")))
 
     def close(self) -> None:
         """Close suspended generators, delete the namespace, close the pool (once)."""
