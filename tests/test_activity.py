@@ -410,3 +410,37 @@ def test_close_idle_listeners_closes_unused_connections_at_once(redis_url, names
     finally:
         again.close()
     assert listener._thread is not None and listener._thread.is_alive()
+
+
+def test_a_burst_of_wake_ups_read_in_one_go_reaches_every_callback(runner, raw):
+    # Messages that arrive together sit in the client's read buffer, not the
+    # socket: the listener must hand on every one of them without waiting
+    # for more traffic (its liveness PING is 30 s away).
+    listener = listener_for(runner)
+    heard: dict[str, int] = {}
+    lock = threading.Lock()
+    channels = [runner.keys.wake_channel(f"q{i}") for i in range(4)]
+
+    def callback_for(channel: str):
+        def callback() -> None:
+            with lock:
+                heard[channel] = heard.get(channel, 0) + 1
+
+        return callback
+
+    callbacks = {channel: callback_for(channel) for channel in channels}
+    for channel, callback in callbacks.items():
+        listener.register([channel], callback)
+    try:
+        pipe = raw.pipeline(transaction=False)
+        for n in range(200):
+            pipe.execute_command("SPUBLISH", channels[n % 4], "1")
+        assert pipe.execute() == [1] * 200
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sum(heard.values()) < 200:
+            time.sleep(0.01)
+        assert heard == dict.fromkeys(channels, 50)
+        assert listener.sync() is True  # its PING's answer is read in order after them
+    finally:
+        for channel, callback in callbacks.items():
+            listener.unregister(channel, callback)

@@ -277,27 +277,41 @@ class WakeupListener:
         for callback in callbacks:
             callback()
 
-    def _drain(self) -> None:
+    def _drain(self, readable: bool = False) -> None:
+        """Handle every message the connection holds, without waiting for more.
+
+        ``readable``: poll() just reported the socket readable, so the first
+        read returns at once (a closed socket raises, and the thread
+        reconnects). Reads replies straight off the connection and lets
+        redis-py's PubSub parse and track them: its ``get_message`` polls the
+        socket three times per message and wraps each read in its retry
+        machinery, which the listener does not use (it reconnects itself).
+        """
         while True:
             with self._lock:
-                message = self._pubsub.get_message(timeout=0) if self._pubsub else None
+                pubsub = self._pubsub
+                connection = pubsub.connection if pubsub is not None else None
+                if connection is None:
+                    return
+                if not readable and not connection.can_read(timeout=0):
+                    return
+                readable = False
+                message = pubsub.handle_message(connection.read_response())
                 kind = None if message is None else message.get("type")
                 if kind == "ssubscribe":
-                    self._confirmed.add(str(message["channel"]))  # type: ignore[index]
+                    self._confirmed.add(str(message["channel"]))
                     self._confirm.notify_all()
                 elif kind == "sunsubscribe":
-                    channel = str(message["channel"])  # type: ignore[index]
+                    channel = str(message["channel"])
                     self._confirmed.discard(channel)
                     if channel == self._control or channel in self._callbacks:
                         raise SlotMoved(f"the server ended the subscription of {channel}")
                 elif kind == "smessage":
-                    channel = str(message["channel"])  # type: ignore[index]
+                    channel = str(message["channel"])
                     self._heard[channel] = self._heard.get(channel, 0) + 1
                 elif kind == "pong":
                     self._pongs += 1
                     self._confirm.notify_all()
-            if message is None:
-                return
             if kind == "smessage":
                 self._dispatch(str(message["channel"]))
 
@@ -357,22 +371,26 @@ class WakeupListener:
     def _serve(self) -> None:
         last_io = time.monotonic()
         idle_since: float | None = None
+        polled: Any = None
+        poller = select.poll()
         while not self._stopping:
             idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
-            # poll, not select: select fails for descriptors >= 1024, which a
-            # busy process (many pools and listeners) reaches.
-            poller = select.poll()
-            poller.register(sock, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
+            if sock is not polled:
+                # poll, not select: select fails for descriptors >= 1024, which
+                # a busy process (many pools and listeners) reaches.
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                poller.register(self._wake_r, select.POLLIN)
+                polled = sock
             ready = {fd for fd, _ in poller.poll(1000)}
             poked = self._wake_r in ready
             if poked:
                 os.read(self._wake_r, 4096)
             if poked or sock.fileno() in ready:
-                self._drain()
+                self._drain(readable=sock.fileno() in ready)
                 last_io = time.monotonic()
             elif time.monotonic() - last_io > PING_INTERVAL:
                 with self._lock:
