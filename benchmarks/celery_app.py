@@ -20,7 +20,9 @@ settings under which a killed worker's tasks come back at all).
 
 In the worker, signal handlers report ``ready``, ``start <task id>`` and
 ``done <task id>`` (after the result is stored) over a local TCP socket,
-each with the process's CPU time so far; no Redis command.
+each with the process's CPU time so far; no Redis command. A throughput
+worker (``BENCH_REPORT_AT=N``) reports only ``ready`` and ``nth N``, when its
+N-th task finished.
 """
 
 from __future__ import annotations
@@ -97,13 +99,21 @@ def make_app(entry: str, server_url: str, namespace: str) -> Celery:
 
 
 class _Probe:
-    """The worker's line to the benchmark process (thread-safe; opened lazily)."""
+    """The worker's line to the benchmark process (thread-safe; opened lazily).
 
-    def __init__(self, port: int, tag: str) -> None:
+    With ``report_at`` (a throughput worker) it reports only the task that
+    brings its count of finished tasks to that number, as ``nth``: a line
+    per task would cost the worker and the benchmark process (which is also
+    the producer) more than the transports' own per-task work it measures.
+    """
+
+    def __init__(self, port: int, tag: str, report_at: int | None) -> None:
         self._port = port
         self._tag = tag
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+        self.report_at = report_at
+        self._finished = 0
 
     def send(self, kind: str, task_id: str = "-") -> None:
         line = f"{self._tag} {kind} {task_id} {time.process_time_ns()}\n".encode()
@@ -112,9 +122,23 @@ class _Probe:
                 self._sock = socket.create_connection(("127.0.0.1", self._port))
             self._sock.sendall(line)
 
+    def finished(self, task_id: str) -> None:
+        if self.report_at is None:
+            self.send("done", task_id)
+            return
+        with self._lock:
+            self._finished += 1
+            count = self._finished
+        if count == self.report_at:
+            self.send("nth", str(count))
+
 
 _PROBE = (
-    _Probe(int(os.environ["BENCH_HUB_PORT"]), os.environ["BENCH_TAG"])
+    _Probe(
+        int(os.environ["BENCH_HUB_PORT"]),
+        os.environ["BENCH_TAG"],
+        int(os.environ["BENCH_REPORT_AT"]) if os.environ.get("BENCH_REPORT_AT") else None,
+    )
     if os.environ.get("BENCH_HUB_PORT")
     else None
 )
@@ -128,7 +152,7 @@ def _ready(**kwargs: Any) -> None:
 
 @signals.task_prerun.connect
 def _start(task_id: str = "-", **kwargs: Any) -> None:
-    if _PROBE is not None:
+    if _PROBE is not None and _PROBE.report_at is None:
         _PROBE.send("start", task_id)
 
 
@@ -136,7 +160,7 @@ def _start(task_id: str = "-", **kwargs: Any) -> None:
 def _done(task_id: str = "-", **kwargs: Any) -> None:
     # After the result was stored (and before a late acknowledgement).
     if _PROBE is not None:
-        _PROBE.send("done", task_id)
+        _PROBE.finished(task_id)
 
 
 if os.environ.get("BENCH_CELERY_ENTRY"):

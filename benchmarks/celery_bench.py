@@ -20,7 +20,9 @@ interleaved in an order rotated every repetition:
 
 Progress comes from the workers' signal handlers over a local socket
 (``ready``, ``start``, ``done`` with the process's CPU time), never by
-polling Redis.
+polling Redis. A throughput worker reports only ``ready`` and its N-th
+finished task (``nth``): two lines per task would load the worker and the
+producer's process with work neither transport does.
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ class Hub(LineHub):
             log.count += 1
             if log.count == self._armed.get(tag):
                 log.nth[log.count] = (now, int(cpu))
+        elif kind == "nth":  # a throughput worker: only its N-th finished task
+            log.count = int(task_id)
+            log.nth[log.count] = (now, int(cpu))
 
 
 class Worker:
@@ -133,6 +138,7 @@ class Worker:
         pool: str = "solo",
         concurrency: int = 1,
         hold: float = 0.0,
+        report_at: int | None = None,
     ) -> None:
         self.tag = f"{entry}-{uuid.uuid4().hex[:8]}"
         self.hub = hub
@@ -144,6 +150,7 @@ class Worker:
             "BENCH_HUB_PORT": str(hub.port),
             "BENCH_TAG": self.tag,
             "BENCH_HOLD": str(hold),
+            "BENCH_REPORT_AT": "" if report_at is None else str(report_at),
         }
         logs = RESULTS_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -212,7 +219,7 @@ def measure_throughput(
 ) -> dict[str, Any]:
     """One throughput sample of ``entry``."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    worker = Worker(entry, server, namespace, queue, hub)
+    worker = Worker(entry, server, namespace, queue, hub, report_at=n)
     out: dict[str, Any] = {"section": "celery", "part": "throughput", "entry": entry, "rep": rep}
     try:
         _, ready_cpu = worker.ready()
