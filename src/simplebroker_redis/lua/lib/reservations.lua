@@ -138,10 +138,11 @@ local function held_ids(token, queue, ids)
 end
 
 -- Whether `queue` still holds a message once `leaving` of its reserved
--- messages are gone (reads only; call before the writes).
+-- messages are gone (reads only; call before the writes). Reserved first:
+-- a consumer settling one message usually holds others of the queue.
 local function keeps_rows(queue, leaving)
-  return first_in(K_PENDING, queue) or first_in(K_DELAYED, queue)
-    or first_in(K_CLAIMED, queue) or lexcount(K_RESERVED, queue) > leaving
+  return lexcount(K_RESERVED, queue) > leaving or first_in(K_PENDING, queue)
+    or first_in(K_DELAYED, queue) or first_in(K_CLAIMED, queue)
 end
 
 -- Plan the settlement of `ids` of a token whose `record` was read (reads
