@@ -444,3 +444,32 @@ def test_a_burst_of_wake_ups_read_in_one_go_reaches_every_callback(runner, raw):
     finally:
         for channel, callback in callbacks.items():
             listener.unregister(channel, callback)
+
+
+def test_leaving_and_rejoining_a_channel_at_once_is_not_an_outage(runner, raw):
+    # The answer to an UNSUBSCRIBE can arrive after the channel was subscribed
+    # again; it must not be taken for the server ending the subscription
+    # (which reconnects and wakes everyone).
+    listener = listener_for(runner)
+    channel = runner.keys.wake_channel("jobs")
+    heard: list[int] = []
+
+    def callback() -> None:
+        heard.append(1)
+
+    listener.register([channel], callback)
+    try:
+        for _ in range(3):
+            with listener._lock:  # the listener reads both answers only after both requests
+                listener.unregister(channel, callback)
+                listener.register([channel], callback)
+        assert listener.sync() is True
+        assert listener.reconnects == 0
+        assert raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1
+        raw.execute_command("SPUBLISH", channel, "1")
+        deadline = time.monotonic() + 5
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard == [1]
+    finally:
+        listener.unregister(channel, callback)

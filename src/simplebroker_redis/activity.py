@@ -85,6 +85,10 @@ class WakeupListener:
         # Signalled when the server confirms a (un)subscription.
         self._confirm = threading.Condition(self._lock)
         self._confirmed: set[str] = set()
+        # SUNSUBSCRIBEs sent on the current connection and not yet answered,
+        # per channel: their answer is not the server ending a subscription,
+        # even when the channel was subscribed again meanwhile.
+        self._leaving: dict[str, int] = {}
         self._callbacks: dict[str, set[Callback]] = {}
         self._pubsub: Any = None
         self._client: Any = None
@@ -188,6 +192,7 @@ class WakeupListener:
             del self._callbacks[channel]
             if self._pubsub is not None:
                 self._pubsub.sunsubscribe(channel)
+                self._leaving[channel] = self._leaving.get(channel, 0) + 1
 
     # -- the listener thread ----------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -247,6 +252,7 @@ class WakeupListener:
         pubsub: Any = client.pubsub()  # type: ignore[no-untyped-call]
         with self._lock:
             self._confirmed.clear()
+            self._leaving.clear()
             self._epoch += 1
             self._pings = self._pongs = 0  # a new connection answers its own PINGs
             pubsub.ssubscribe(self._control, *self._callbacks)
@@ -296,24 +302,35 @@ class WakeupListener:
                 if not readable and not connection.can_read(timeout=0):
                     return
                 readable = False
-                message = pubsub.handle_message(connection.read_response())
-                kind = None if message is None else message.get("type")
-                if kind == "ssubscribe":
-                    self._confirmed.add(str(message["channel"]))
-                    self._confirm.notify_all()
-                elif kind == "sunsubscribe":
-                    channel = str(message["channel"])
-                    self._confirmed.discard(channel)
-                    if channel == self._control or channel in self._callbacks:
-                        raise SlotMoved(f"the server ended the subscription of {channel}")
-                elif kind == "smessage":
-                    channel = str(message["channel"])
-                    self._heard[channel] = self._heard.get(channel, 0) + 1
-                elif kind == "pong":
-                    self._pongs += 1
-                    self._confirm.notify_all()
-            if kind == "smessage":
-                self._dispatch(str(message["channel"]))
+                woken = self._handle(pubsub.handle_message(connection.read_response()))
+            if woken is not None:
+                self._dispatch(woken)
+
+    def _handle(self, message: dict[str, Any] | None) -> str | None:
+        """Account for one Pub/Sub message (under the lock); return a woken channel."""
+        kind = None if message is None else message.get("type")
+        if message is None or kind == "pong":
+            if kind == "pong":
+                self._pongs += 1
+                self._confirm.notify_all()
+            return None
+        channel = str(message["channel"])
+        if kind == "ssubscribe":
+            self._confirmed.add(channel)
+            self._confirm.notify_all()
+        elif kind == "sunsubscribe":
+            self._confirmed.discard(channel)
+            asked = self._leaving.get(channel, 0)
+            if asked > 1:
+                self._leaving[channel] = asked - 1
+            elif asked == 1:
+                del self._leaving[channel]
+            elif channel == self._control or channel in self._callbacks:
+                raise SlotMoved(f"the server ended the subscription of {channel}")
+        elif kind == "smessage":
+            self._heard[channel] = self._heard.get(channel, 0) + 1
+            return channel
+        return None
 
     def _run(self) -> None:
         try:
