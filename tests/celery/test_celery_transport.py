@@ -380,3 +380,54 @@ def test_an_invalid_priorities_option_is_refused(redis_url, options):
         Connection(
             f"simplebroker+{redis_url}", transport_options={**options, "priorities": "yes"}
         ).connect()
+
+
+def test_a_queue_with_a_backlog_is_not_listened_to_until_it_runs_dry(redis_url, options, raw):
+    """A backlog's writes do not wake the consumer's process; an idle queue wakes it again."""
+    from celery_simplebroker.transport import MUTE_AFTER
+
+    options = {**options, "reserve_batch": 1}
+    runner = RedisRunner(redis_url, namespace=options["namespace"])
+    channel = runner.keys.wake_channel(storage_queue("jobs"))
+    runner.shutdown()
+
+    def listeners() -> int:
+        return int(raw.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
+
+    got: list[Any] = []
+    with Connection(f"simplebroker+{redis_url}", transport_options=options) as conn:
+        with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+            publish(other, "jobs", *range(MUTE_AFTER + 10))
+            queue = Queue("jobs", Exchange("jobs"), "jobs")
+
+            def on_message(body: Any, message: Any) -> None:
+                got.append(body)
+                message.ack()
+
+            with Consumer(conn, [queue], callbacks=[on_message]):
+                conn.drain_events(timeout=5)
+                assert listeners() == 1  # subscribed before the first poll
+                while len(got) < MUTE_AFTER + 1:
+                    conn.drain_events(timeout=5)
+                assert listeners() == 0  # a backlog: every write would wake us for nothing
+                while len(got) < MUTE_AFTER + 10:
+                    conn.drain_events(timeout=5)
+                # Running dry, the consumer listens again before it sleeps: a
+                # write during its first sleep wakes it (no acknowledgement's
+                # nudge pending to end that sleep early).
+                conn.transport.wakeups.wait(0, wakeups=False)
+                sent: list[float] = []
+
+                def send() -> None:
+                    time.sleep(0.5)
+                    sent.append(time.monotonic())
+                    publish(other, "jobs", "wake")
+
+                thread = threading.Thread(target=send)
+                thread.start()
+                conn.drain_events(timeout=5)  # the idle recheck is 10 s: only a wake-up helps
+                woke = time.monotonic()
+                thread.join()
+                assert listeners() == 1
+    assert got == [*range(MUTE_AFTER + 10), "wake"]
+    assert woke - sent[0] < 1.0

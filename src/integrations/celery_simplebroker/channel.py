@@ -272,6 +272,7 @@ class Channel(virtual.Channel):
         storage, wakeups = storage_queue(queue), self.transport.wakeups
         generation = wakeups.generation(storage)
         reserved = self.transport.reserve(storage, limit)
+        self.transport.reserved_batch(storage, full=len(reserved) == limit)
         if len(reserved) < limit:  # it took every claimable message
             wakeups.found_empty(storage, generation)
         if not reserved:

@@ -46,6 +46,13 @@ logger = logging.getLogger("celery_simplebroker")
 #: Lifetime (seconds) of the bindings of an ``auto_delete`` queue without ``x-expires``.
 AUTO_DELETE_LIFETIME: Final[float] = 30.0
 
+#: Reservations of a queue in a row that filled their batch, after which the
+#: transport stops listening to the queue's wake-ups: the queue has a backlog,
+#: and every write on it would wake this process for nothing (a Pub/Sub
+#: message read per task). The first reservation that finds fewer messages
+#: than it asked for listens again, before the next poll.
+MUTE_AFTER: Final[int] = 16
+
 #: This process's transports that reserved messages and are not closed (consumers):
 #: the result backend finds a task's holder among them.
 _TRANSPORTS: set[Transport] = set()
@@ -104,6 +111,8 @@ class Transport(virtual.Transport):
         self.wakeups = Wakeups(self.runner)
         self._must_poll = True
         self._next_recheck = 0.0
+        self._full_batches: dict[str, int] = {}  # storage queue -> full reservations in a row
+        self._muted: set[str] = set()  # storage queues whose wake-ups are not listened to
         self._heartbeat: LeaseHeartbeat | None = None
         self.pid = os.getpid()
         # Messages acknowledged together with their task's result (see
@@ -263,6 +272,24 @@ class Transport(virtual.Transport):
             self._ensure_heartbeat()
             _TRANSPORTS.add(self)
         return [(lease.token, message) for lease in reserved.leases for message in lease.messages]
+
+    def reserved_batch(self, queue: str, *, full: bool) -> None:
+        """Record whether a reservation of ``queue`` (storage name) filled its batch.
+
+        After :data:`MUTE_AFTER` full ones in a row the queue's wake-ups are
+        dropped (:meth:`_watched`); the first one that is not full listens
+        again, and the drain polls once more after the subscription is
+        confirmed, so a write made meanwhile is not missed.
+        """
+        if full:
+            count = self._full_batches[queue] = self._full_batches.get(queue, 0) + 1
+            if count >= MUTE_AFTER:
+                self._muted.add(queue)
+            return
+        self._full_batches.pop(queue, None)
+        if queue in self._muted:
+            self._muted.discard(queue)
+            self._must_poll = True
 
     def open_envelope(
         self, queue: str, token: str, message: LeasedMessage
@@ -455,6 +482,8 @@ class Transport(virtual.Transport):
                     return
                 except Empty:
                     self._next_recheck = time.monotonic() + self.options.idle_recheck
+                    if self._must_poll:
+                        continue  # a queue listens again: subscribe, then poll once more
             now = time.monotonic()
             wait = self._next_recheck - now
             if deadline is not None:
@@ -482,6 +511,7 @@ class Transport(virtual.Transport):
         return {
             level: storage
             for storage in (storage_queue(queue) for queue in self._consumed())
+            if storage not in self._muted
             for level in self.levels(storage)
         }
 
