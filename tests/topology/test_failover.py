@@ -44,6 +44,10 @@ def _present(core: RedisBrokerCore, queue: str) -> set[str]:
     return {str(body) for body in core.peek_generator(queue, with_timestamps=False)}
 
 
+# About 65 s on a quiet two-core machine; the test's own waits (up to 60 s
+# for the last tasks, 10 s for the watcher, 30 s for the receiver) must be
+# able to expire and fail with their message rather than the suite's 120 s.
+@pytest.mark.timeout(300)
 async def test_acknowledged_work_survives_20_failovers_with_wait(
     group: DevSentinelGroup, caplog: pytest.LogCaptureFixture
 ) -> None:
