@@ -308,11 +308,12 @@ class WakeupListener:
 
     def _handle(self, message: dict[str, Any] | None) -> str | None:
         """Account for one Pub/Sub message (under the lock); return a woken channel."""
-        kind = None if message is None else message.get("type")
-        if message is None or kind == "pong":
-            if kind == "pong":
-                self._pongs += 1
-                self._confirm.notify_all()
+        if message is None:
+            return None
+        kind = message.get("type")
+        if kind == "pong":
+            self._pongs += 1
+            self._confirm.notify_all()
             return None
         channel = str(message["channel"])
         if kind == "ssubscribe":
@@ -388,8 +389,8 @@ class WakeupListener:
     def _serve(self) -> None:
         last_io = time.monotonic()
         idle_since: float | None = None
-        polled: Any = None
-        poller = select.poll()
+        polled: Any = None  # the socket ``poller`` watches (built once per socket)
+        poller: Any = None
         while not self._stopping:
             idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
