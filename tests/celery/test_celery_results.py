@@ -160,3 +160,30 @@ def test_an_invalid_passed_backend_option_is_refused_with_its_name(redis_url, na
     app.conf.result_backend_transport_options = {"namespace": namespace, "wait_replicas": -1}
     with pytest.raises(BrokerError, match="wait_replicas"):
         app.backend  # noqa: B018 - building it validates the options
+
+
+def test_unknown_result_backend_options_are_named_in_a_warning(
+    redis_url, namespace, caplog, monkeypatch
+):
+    from celery import Celery
+
+    from celery_simplebroker import options as options_module
+
+    monkeypatch.setattr(options_module, "_warned", set())
+    caplog.set_level("WARNING", logger="celery_simplebroker")
+    app = Celery("typo", backend=f"simplebroker+{redis_url}")
+    app.conf.result_backend_transport_options = {
+        "namespace": namespace,
+        "max_conections": 4,  # a typo
+        "global_keyprefix": "app:",  # Celery's own: known
+    }
+    try:
+        app.backend.store_result("t4", 4, states.SUCCESS)
+        assert AsyncResult("t4", app=app).get(timeout=10) == 4
+    finally:
+        app.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "celery_simplebroker"]
+    assert warnings == [
+        "result_backend_transport_options: 'max_conections' is not an option of"
+        " celery_simplebroker (ignored); did you mean 'max_connections'?"
+    ]

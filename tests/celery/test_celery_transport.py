@@ -431,3 +431,32 @@ def test_a_queue_with_a_backlog_is_not_listened_to_until_it_runs_dry(redis_url, 
                 assert listeners() == 1
     assert got == [*range(MUTE_AFTER + 10), "wake"]
     assert woke - sent[0] < 1.0
+
+
+def test_unknown_transport_options_are_named_once_in_a_warning(
+    redis_url, options, caplog, monkeypatch
+):
+    """A typo, or a Redis-transport option with no meaning here, is logged and ignored."""
+    from celery_simplebroker import options as options_module
+
+    monkeypatch.setattr(options_module, "_warned", set())
+    given = {
+        **options,
+        "lease_second": 5,  # a typo
+        "visibility_timeout": 3600,  # Celery's Redis transport
+        "max_retries": 3,  # kombu's own retry policy: known
+        "dead_letter_queue": "dead",  # ours: known
+    }
+    caplog.set_level("WARNING", logger="celery_simplebroker")
+    for _ in range(2):  # once per process, not per connection
+        with Connection(f"simplebroker+{redis_url}", transport_options=given) as conn:
+            conn.connect()
+            assert conn.transport.options.lease_seconds == options["lease_seconds"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "celery_simplebroker"]
+    assert warnings == [
+        "broker_transport_options: 'lease_second' is not an option of celery_simplebroker"
+        " (ignored); did you mean 'lease_seconds'?",
+        "broker_transport_options: 'visibility_timeout' is ignored: there is no visibility"
+        " timeout: a worker's messages are held under a lease ('lease_seconds') renewed while"
+        " it lives",
+    ]

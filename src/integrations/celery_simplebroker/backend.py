@@ -44,7 +44,7 @@ from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
 from .channel import parse_tag
-from .options import make_runner, resolve_target, shown_url
+from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
 from .staging import staging
 from .transport import Transport, holder_of
 
@@ -104,6 +104,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         super().__init__(app=app, url=url, **kwargs)
         options = self.app.conf.get("result_backend_transport_options") or {}
         self.runner = make_runner(resolve_target(url), options)
+        warn_unknown_options("result_backend_transport_options", options, BACKEND_OPTIONS)
         self._core: RedisBrokerCore | None = None
         self._finishing = threading.local()  # the request mark_as_done is storing
 

@@ -8,18 +8,22 @@ only concern the transport. See ``docs/celery.md`` for the table.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
 import hashlib
+import logging
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
 from simplebroker_redis.options import redact_target
 from simplebroker_redis.validation import validate_queue_name
+
+logger = logging.getLogger("celery_simplebroker")
 
 #: Environment variable naming the server when a URL names none.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
@@ -122,7 +126,7 @@ def _optional_count(options: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class TransportOptions:
     """The transport's validated ``broker_transport_options``."""
 
@@ -184,6 +188,79 @@ PASSED_OPTIONS: Final[tuple[str, ...]] = (
     "wait_aof",
     "sentinel_password",
 )
+
+
+#: Options kombu itself reads from any transport's options (its connection
+#: retry policy, the virtual transport's body encoding and dead-letter queue).
+KOMBU_OPTIONS: Final[tuple[str, ...]] = (
+    "max_retries",
+    "interval_start",
+    "interval_step",
+    "interval_max",
+    "connect_retries_timeout",
+    "body_encoding",
+    "deadletter_queue",
+)
+
+#: Names this transport knows in ``broker_transport_options``.
+TRANSPORT_OPTIONS: Final[tuple[str, ...]] = (
+    *(field.name for field in dataclasses.fields(TransportOptions)),
+    *PASSED_OPTIONS,
+    *KOMBU_OPTIONS,
+)
+
+#: Names the result backend knows in ``result_backend_transport_options``
+#: (``global_keyprefix`` is Celery's own: it prefixes the entries' keys).
+BACKEND_OPTIONS: Final[tuple[str, ...]] = (
+    "namespace",
+    "max_connections",
+    "pool_timeout",
+    *PASSED_OPTIONS,
+    "global_keyprefix",
+)
+
+#: Options of Celery's Redis transport that a migrated configuration may
+#: still carry, and what stands in for them here.
+_REPLACED: Final[dict[str, str]] = {
+    "visibility_timeout": (
+        "there is no visibility timeout: a worker's messages are held under a lease"
+        " ('lease_seconds') renewed while it lives"
+    ),
+    "unacked_restore_interval": "a dead worker's messages come back after 'lease_seconds'",
+    "unacked_restore_throttle": "a dead worker's messages come back after 'lease_seconds'",
+    "polling_interval": (
+        "this transport does not poll: an idle worker sleeps until a wake-up,"
+        " at most 'idle_recheck' seconds"
+    ),
+    "global_keyprefix": "keys live under the 'namespace' option",
+    "priority_steps": "priorities are always 0-9 ('priorities' turns them off)",
+    "queue_order_strategy": "priorities are always 0-9 ('priorities' turns them off)",
+}
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_unknown_options(setting: str, options: Mapping[str, Any], known: Iterable[str]) -> None:
+    """Log, once per process, each name of ``options`` that ``known`` does not list.
+
+    Unknown names are ignored, as every kombu transport ignores another's
+    options (a configuration moved from Celery's Redis transport keeps
+    working), but a typo or a Redis-transport option that means nothing
+    here should not pass unnoticed.
+    """
+    names = tuple(known)
+    for name in options:
+        if name in names or (setting, name) in _warned:
+            continue
+        _warned.add((setting, name))
+        if name in _REPLACED:
+            logger.warning("%s: %r is ignored: %s", setting, name, _REPLACED[name])
+            continue
+        close = difflib.get_close_matches(str(name), names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        logger.warning(
+            "%s: %r is not an option of celery_simplebroker (ignored)%s", setting, name, hint
+        )
 
 
 def make_runner(target: str, options: Mapping[str, Any]) -> RedisRunner:

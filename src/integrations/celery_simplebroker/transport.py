@@ -37,7 +37,15 @@ from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
 from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
-from .options import TransportOptions, make_runner, resolve_target, shown_url, storage_queue
+from .options import (
+    TRANSPORT_OPTIONS,
+    TransportOptions,
+    make_runner,
+    resolve_target,
+    shown_url,
+    storage_queue,
+    warn_unknown_options,
+)
 from .staging import stage_for
 from .wakeups import Wakeups
 
@@ -98,6 +106,7 @@ class Transport(virtual.Transport):
         super().__init__(client, **kwargs)
         raw_options: Mapping[str, Any] = client.transport_options or {}
         self.options = TransportOptions.parse(raw_options)
+        warn_unknown_options("broker_transport_options", raw_options, TRANSPORT_OPTIONS)
         self.runner = make_runner(resolve_target(client.hostname), raw_options)
         self.bindings = Bindings(self.runner)
         self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
