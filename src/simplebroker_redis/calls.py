@@ -426,15 +426,26 @@ def probe_pending(queue: str, after: int | None = None) -> Call[bool]:
     return Call(_bool, "probe", ("pending", queue, optional_id(after)), idempotent=True)
 
 
-def ready_count(keys: Keyspace, queue: str) -> Call[int]:
-    """Messages of ``queue`` a reservation could take now (neither reserved nor delayed).
+def _zlexcounts(client: Any, key: str, bounds: list[tuple[str, str]]) -> Any:
+    pipe = client.pipeline(transaction=False)
+    for low, high in bounds:
+        pipe.zlexcount(key, low, high)
+    return pipe.execute()  # a list, or an awaitable of one on an asyncio client
 
-    AMQP's "ready" count (kombu's ``queue_declare``); SimpleBroker's stats
-    count reserved and delayed messages as pending too. One ``ZLEXCOUNT``.
+
+def ready_count(keys: Keyspace, queues: Sequence[str]) -> Call[int]:
+    """Messages of ``queues`` together a reservation could take now (neither reserved nor delayed).
+
+    AMQP's "ready" count (kombu's ``queue_declare``) of a Celery queue, which
+    is one storage queue per priority level; SimpleBroker's stats count
+    reserved and delayed messages as pending too. One ``ZLEXCOUNT`` per
+    queue, all on the pending set, in one round trip.
     """
-    low, high = queue_bounds(validate_queue_name(queue))
+    bounds = [queue_bounds(validate_queue_name(queue)) for queue in queues]
     return Call(
-        _int, command=lambda client: client.zlexcount(keys.pending, low, high), idempotent=True
+        lambda raw: sum(int(count) for count in raw),
+        command=lambda client: _zlexcounts(client, keys.pending, bounds),
+        idempotent=True,
     )
 
 

@@ -66,3 +66,19 @@ def test_a_killed_workers_task_runs_again_on_another_worker(app, start_worker, e
     restarted = next(e for e in read_events(events) if e.kind == "start" and e.pid == heir.pid)
     assert restarted.at - killed < 15
     assert result.state != "SUCCESS"
+
+
+def test_a_queues_size_and_purge_count_every_priority(app, topology):
+    """kombu's ready count (``celery inspect``, ``purge``) reads the ten priority queues at once."""
+    from kombu import Producer
+
+    with app.connection_for_write() as conn:
+        producer = Producer(conn.default_channel)
+        for priority in (0, 0, 5, 9, 9, 9):
+            producer.publish(
+                {"p": priority}, routing_key="sized", serializer="json", priority=priority
+            )
+        channel = conn.default_channel
+        assert channel.queue_declare("sized", passive=True).message_count == 6, topology
+        assert channel.queue_purge("sized") == 6
+        assert channel.queue_declare("sized", passive=True).message_count == 0

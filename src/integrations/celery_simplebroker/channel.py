@@ -193,7 +193,7 @@ class Channel(virtual.Channel):
         """Return the queue's ready messages: pending and held by no worker (every priority)."""
         runner = self.transport.runner
         levels = self.transport.levels(storage_queue(queue))
-        return sum(runner.run(calls.ready_count(runner.keys, level)) for level in levels)
+        return runner.run(calls.ready_count(runner.keys, levels))
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         """Return True: a SimpleBroker queue exists implicitly."""
