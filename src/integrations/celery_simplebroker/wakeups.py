@@ -43,6 +43,7 @@ class Wakeups:
         self._empty: set[str] = set()
         self._callbacks: dict[str, Callable[[], None]] = {}  # by watched queue
         self._keys: dict[str, str] = {}  # watched queue -> the queue it counts for
+        self._counted: frozenset[str] = frozenset()  # the values of _keys
         self._pid = os.getpid()
 
     # -- subscriptions (the consumer thread) -------------------------------------------------
@@ -59,6 +60,7 @@ class Wakeups:
             self._pid = os.getpid()
             self._callbacks.clear()
             self._keys.clear()
+            self._counted = frozenset()
         wanted = dict(queues)
         if wanted == self._keys:
             return False
@@ -69,6 +71,7 @@ class Wakeups:
             key = self._keys[queue] = wanted[queue]
             callback = self._callbacks[queue] = self._callback(key)
             listener.register([self._runner.keys.wake_channel(queue)], callback)
+        self._counted = frozenset(self._keys.values())
         return True
 
     def keep(self, queues: Iterable[str]) -> None:
@@ -92,6 +95,7 @@ class Wakeups:
     def _unregister(self, queue: str) -> None:
         callback = self._callbacks.pop(queue)
         key = self._keys.pop(queue, queue)
+        self._counted = frozenset(self._keys.values())
         with self._cond:
             self._empty.discard(key)
         try:
@@ -118,7 +122,7 @@ class Wakeups:
     def found_empty(self, queue: str, generation: int) -> None:
         """Record that a poll begun at ``generation`` found ``queue`` empty."""
         with self._cond:
-            if queue in self._keys.values() and self._generation.get(queue, 0) == generation:
+            if queue in self._counted and self._generation.get(queue, 0) == generation:
                 self._empty.add(queue)
 
     def known_empty(self, queue: str) -> bool:
