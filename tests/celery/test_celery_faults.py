@@ -190,13 +190,13 @@ def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, even
 
 
 @pytest.mark.parametrize("lease", [2.0])
-@pytest.mark.parametrize("pool", ["solo", "threads"])
+@pytest.mark.parametrize("pool", ["solo", "threads", "gevent"])
 def test_a_stored_result_and_its_acknowledgement_are_one_step(
     app, start_worker, events, celery_url, namespace, pool
 ):
     """A worker killed after storing a result, before Celery acks, does not leave it to rerun.
 
-    With ``acks_late`` in a solo or threads pool the result's script deletes
+    With ``acks_late`` in a solo, threads or gevent pool the result's script deletes
     the task's message too: once the result is visible, nothing of the task
     is left in the queue, so no lease expiry brings it back.
     """

@@ -174,7 +174,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
     ) -> None:
         """Store a finished task's result; in the worker holding it, acknowledge it too.
 
-        See :meth:`_holder`: with ``acks_late`` in a solo or threads pool the
+        See :meth:`_holder`: with ``acks_late`` in a solo, threads or gevent pool the
         result and the task message's acknowledgement are one script.
         """
         self._finishing.request = request
@@ -188,7 +188,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
         Only for the result :meth:`mark_as_done` stores, of a task with
         ``acks_late`` (Celery acknowledges it right after storing it), when
-        this process holds its reservation (a solo or threads pool; a
+        this process holds its reservation (a solo, threads or gevent pool; a
         prefork child does not) on this backend's server and namespace.
         """
         if request is None or request is not getattr(self._finishing, "request", None):
