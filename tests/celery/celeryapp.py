@@ -106,6 +106,22 @@ def _ready(sender: Any = None, **kwargs: Any) -> None:
         note(log, "ready", getattr(sender, "hostname", "?"))
 
 
+@signals.worker_shutting_down.connect
+def _stopping(sender: Any = None, **kwargs: Any) -> None:
+    """The shutdown begins (Celery's SIGTERM handler)."""
+    log = os.environ.get("CELERY_LOG")
+    if log:
+        note(log, "stopping", sender or "?")
+
+
+@signals.worker_shutdown.connect
+def _stopped(sender: Any = None, **kwargs: Any) -> None:
+    """The consumer and the pool have stopped."""
+    log = os.environ.get("CELERY_LOG")
+    if log:
+        note(log, "stopped", getattr(sender, "hostname", "?"))
+
+
 @signals.task_success.connect
 def _die_after_result(sender: Any = None, **kwargs: Any) -> None:
     """Kill this worker once ``die_after_result``'s result is stored, before Celery acks it."""

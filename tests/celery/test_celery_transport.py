@@ -460,3 +460,47 @@ def test_unknown_transport_options_are_named_once_in_a_warning(
         " timeout: a worker's messages are held under a lease ('lease_seconds') renewed while"
         " it lives",
     ]
+
+
+def test_a_worker_shutdown_ends_an_idle_drain_at_once(conn, redis_url, options, core):
+    """Celery's SIGTERM handler (in the main thread, on top of the sleep) ends it.
+
+    Celery's loop for a transport like this drains with a 2 s timeout,
+    checks for a shutdown between drains and drains once more on its way
+    out; before, a SIGTERM waited for the sleeps (here up to the 10 s idle
+    recheck) to end. Later drains deliver nothing and return within a nap.
+    """
+    import signal
+
+    from celery import signals
+
+    from celery_simplebroker.transport import STOPPING_NAP
+
+    def on_alarm(signum: int, frame: Any) -> None:  # what Celery's _shutdown_handler sends
+        signals.worker_shutting_down.send(sender="w", sig="SIGTERM", how="Warm", exitcode=0)
+
+    received: list[Any] = []
+
+    def on_message(body: Any, message: Any) -> None:
+        received.append(body)
+        message.ack()
+
+    with Consumer(conn, [Queue("idle", Exchange("idle"), "idle")], callbacks=[on_message]):
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=30)
+            assert 0.4 < time.monotonic() - started < 3.0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+            publish(other, "idle", "late")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=30)
+        assert time.monotonic() - started < STOPPING_NAP + 1.0
+    assert received == []
+    assert core.get_queue_stat("idle").pending == 1  # neither taken nor lost

@@ -134,3 +134,24 @@ def test_a_worker_runs_higher_priority_tasks_first(app, start_worker, events):
     assert [r.get(timeout=60) for r in low] == [f"low{i}" for i in range(4)]
     starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
     assert starts == ["high", "mid", "low0", "low1", "low2", "low3"]
+
+
+@pytest.mark.parametrize("pool", ["solo", "threads", "gevent"])
+def test_a_sigterm_stops_an_idle_worker_without_waiting_out_its_drains(
+    app, start_worker, events, pool
+):
+    """Celery drains a transport like this with 2 s timeouts, once more on its way out.
+
+    Its shutdown signal ends the sleeping drain and the last one naps
+    briefly: the loop and the pool stop well within one drain timeout.
+    """
+    worker = start_worker("w", pool=pool)
+    assert app.send_task("add", (1, 2)).get(timeout=30) == 3  # the worker drains, idle
+    asked = time.monotonic()
+    assert worker.stop() == 0
+    exited = time.monotonic() - asked  # also the interpreter's exit: generous
+    log = [e for e in read_events(events) if e.pid == worker.pid]
+    stopping = next(e.at for e in log if e.kind == "stopping")
+    stopped = next(e.at for e in log if e.kind == "stopped")
+    assert stopped - stopping < 1.5, pool
+    assert exited < 8.0, pool  # a drain that never slept spun a gevent worker for 14 s

@@ -31,6 +31,10 @@ from simplebroker_redis.activity import listener_for
 logger = logging.getLogger("celery_simplebroker")
 
 
+class Stopping(Exception):  # noqa: N818 - an event, not an error
+    """A sleep refused or ended by :meth:`Wakeups.stop_waiting`."""
+
+
 class Wakeups:
     """Per-queue wake-up subscriptions of one transport, and its sleep."""
 
@@ -39,6 +43,7 @@ class Wakeups:
         self._cond = threading.Condition()
         self._woken = False
         self._nudged = False
+        self._stopping = False
         self._generation: dict[str, int] = {}
         self._empty: set[str] = set()
         self._callbacks: dict[str, Callable[[], None]] = {}  # by watched queue
@@ -142,18 +147,39 @@ class Wakeups:
             self._nudged = True
             self._cond.notify_all()
 
+    @property
+    def stopping(self) -> bool:
+        """Return True once :meth:`stop_waiting` was called."""
+        return self._stopping
+
+    def stop_waiting(self) -> None:
+        """End the current sleep and every later one at once: the worker is shutting down.
+
+        Safe in a signal handler that interrupts the sleeping thread itself
+        (the condition's lock is reentrant and released while it sleeps).
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
     def wait(self, seconds: float, *, wakeups: bool) -> bool:
         """Sleep until nudged, woken (when ``wakeups``), or ``seconds``; True unless timed out.
 
         With ``wakeups`` False (the prefetch window is full) a wake-up does
         not end the sleep, but is kept for the next one.
+
+        Raises:
+            Stopping: :meth:`stop_waiting` was called (now or before).
+
         """
         with self._cond:
 
             def ready() -> bool:
-                return self._nudged or (wakeups and self._woken)
+                return self._stopping or self._nudged or (wakeups and self._woken)
 
             happened = self._cond.wait_for(ready, seconds)
+            if self._stopping:
+                raise Stopping
             self._nudged = False
             if wakeups:
                 self._woken = False
