@@ -3,7 +3,8 @@
 Configured from the environment a test gives its worker processes:
 ``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (file the
 tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
-``CELERY_ACKS_LATE`` (``0``: Celery's default, acknowledge when a task starts).
+``CELERY_ACKS_LATE`` (``0``: Celery's default, acknowledge when a task starts),
+``CELERY_BEAT`` (seconds between the ``record beat`` tasks of a beat schedule).
 """
 
 from __future__ import annotations
@@ -144,3 +145,11 @@ if os.environ.get("CELERY_NS"):
         float(os.environ.get("CELERY_LEASE", "10")),
         os.environ.get("CELERY_ACKS_LATE", "1") == "1",
     )
+    if os.environ.get("CELERY_BEAT"):  # seconds between two "record beat" tasks (-B)
+        app.conf.beat_schedule = {
+            "beat": {
+                "task": "record",
+                "schedule": float(os.environ["CELERY_BEAT"]),
+                "args": ("beat",),
+            }
+        }

@@ -73,10 +73,11 @@ def start_worker(
         fast: bool = True,
         ready: bool = True,
         acks_late: bool = True,
+        env: dict[str, str] | None = None,
     ) -> CeleryWorker:
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h", "-Q", queues]
         args += ["--loglevel", "INFO", *(FAST if fast else []), *extra]
-        own = {**celery_env, "CELERY_ACKS_LATE": "1" if acks_late else "0"}
+        own = {**celery_env, "CELERY_ACKS_LATE": "1" if acks_late else "0", **(env or {})}
         worker = CeleryWorker(name, args, own, tmp_path / f"{name}-{len(started)}.out")
         started.append(worker)
         return worker.wait_ready(events) if ready else worker

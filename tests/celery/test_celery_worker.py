@@ -155,3 +155,13 @@ def test_a_sigterm_stops_an_idle_worker_without_waiting_out_its_drains(
     stopped = next(e.at for e in log if e.kind == "stopped")
     assert stopped - stopping < 1.5, pool
     assert exited < 8.0, pool  # a drain that never slept spun a gevent worker for 14 s
+
+
+def test_celery_beat_sends_its_schedule_through_the_transport(start_worker, events, tmp_path):
+    """``celery worker -B``: the embedded beat publishes each due entry, the worker runs it."""
+    start_worker("b", "-B", "-s", str(tmp_path / "beat-schedule"), env={"CELERY_BEAT": "0.5"})
+
+    def runs() -> int:
+        return len([e for e in read_events(events) if e.kind == "done" and e.words[0] == "beat"])
+
+    wait_for(lambda: runs() >= 4, 30, "four scheduled tasks to run")
