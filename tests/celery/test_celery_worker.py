@@ -165,3 +165,41 @@ def test_celery_beat_sends_its_schedule_through_the_transport(start_worker, even
         return len([e for e in read_events(events) if e.kind == "done" and e.words[0] == "beat"])
 
     wait_for(lambda: runs() >= 4, 30, "four scheduled tasks to run")
+
+
+def test_task_events_reach_a_monitor(app, start_worker):
+    """``worker -E`` for Flower and ``celery events``: events go through the topic exchange."""
+    import threading
+
+    start_worker("ev", "-E")
+    seen: list[str] = []
+    consuming = threading.Event()
+
+    with app.connection_for_read() as conn:
+
+        class Monitor(app.events.Receiver):
+            def on_consume_ready(self, *args: object, **kwargs: object) -> None:
+                super().on_consume_ready(*args, **kwargs)
+                consuming.set()  # bound: events from now on reach this monitor
+
+        def on_event(event: dict) -> None:
+            seen.append(event["type"])
+            if event["type"] == "task-succeeded":
+                monitor.should_stop = True
+
+        monitor = Monitor(conn, handlers={"*": on_event})
+        watchdog = threading.Timer(30, setattr, (monitor, "should_stop", True))
+        sender = threading.Thread(
+            target=lambda: consuming.wait(30) and results.append(app.send_task("add", (2, 3)))
+        )
+        results: list = []
+        watchdog.start()
+        sender.start()
+        try:
+            monitor.capture(limit=None, timeout=None, wakeup=True)
+        finally:
+            watchdog.cancel()
+            sender.join()
+    assert results and results[0].get(timeout=10) == 5
+    task_events = [kind for kind in seen if kind.startswith("task-")]
+    assert task_events == ["task-received", "task-started", "task-succeeded"]
