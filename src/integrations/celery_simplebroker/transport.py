@@ -85,7 +85,14 @@ def _stop_waiting(**kwargs: Any) -> None:
     :data:`STOPPING_NAP`, all with nothing.
     """
     pid = os.getpid()
-    for transport in tuple(_ALL):
+    transports: tuple[Transport, ...] = ()
+    for _ in range(3):  # another thread may add a transport meanwhile (no lock here)
+        try:
+            transports = tuple(_ALL)
+            break
+        except RuntimeError:
+            continue
+    for transport in transports:
         if transport.pid == pid:
             transport.wakeups.stop_waiting()
 
