@@ -99,6 +99,13 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
     def boom() -> None:
         raise ValueError("boom")
 
+    @app.task(shared=False, name="capped", time_limit=1)
+    def capped(key: str, seconds: float) -> str:
+        """Outlive the hard time limit (prefork kills the pool process)."""
+        note(log, "start", key)
+        time.sleep(seconds)
+        return key
+
 
 @signals.worker_ready.connect
 def _ready(sender: Any = None, **kwargs: Any) -> None:

@@ -190,6 +190,29 @@ def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, even
 
 
 @pytest.mark.parametrize("lease", [2.0])
+def test_a_task_killed_by_its_hard_time_limit_fails_once(
+    app, start_worker, events, celery_url, namespace
+):
+    """Prefork kills the pool process at ``time_limit``: FAILURE, acknowledged, never rerun."""
+    from celery.exceptions import TimeLimitExceeded
+
+    start_worker("w1", pool="prefork", concurrency=1)
+    result = app.send_task("capped", ("capped", 30.0))
+    with pytest.raises(TimeLimitExceeded):
+        result.get(timeout=60)
+    failed = time.time()
+    # Two leases later nothing brought it back: the failure was an acknowledgement.
+    wait_for(lambda: time.time() > failed + 2 * 2.0 + 1.0, 30, "two leases", interval=0.2)
+    runs = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "capped"]
+    assert len(runs) == 1
+    runner = RedisRunner(celery_url, namespace=namespace)
+    try:
+        assert RedisBrokerCore(runner).get_queue_stat("celery").total == 0
+    finally:
+        runner.shutdown()
+
+
+@pytest.mark.parametrize("lease", [2.0])
 @pytest.mark.parametrize("pool", ["solo", "threads", "gevent"])
 def test_a_stored_result_and_its_acknowledgement_are_one_step(
     app, start_worker, events, celery_url, namespace, pool
