@@ -504,3 +504,31 @@ def test_a_worker_shutdown_ends_an_idle_drain_at_once(conn, redis_url, options, 
         assert time.monotonic() - started < STOPPING_NAP + 1.0
     assert received == []
     assert core.get_queue_stat("idle").pending == 1  # neither taken nor lost
+
+
+@pytest.mark.parametrize("how", ["cancel", "close"])
+def test_an_auto_delete_queue_goes_with_its_last_consumer(redis_url, options, core, how):
+    """Celery's event and mailbox queues (auto_delete) do not outlive a stopped worker.
+
+    Celery stops a consumer step by cancelling its consumers, then closing
+    their channel; a closed channel cancels what is left.
+    """
+    events = Exchange("ev", type="topic")
+    temporary = Queue("ev.tmp", events, "#", auto_delete=True)
+    kept = Queue("ev.kept", events, "#")
+    with Connection(f"simplebroker+{redis_url}", transport_options=options) as conn:
+        channel = conn.channel()
+        consumers = [Consumer(channel, [queue], callbacks=[]) for queue in (temporary, kept)]
+        for consumer in consumers:
+            consumer.consume()
+        with Connection(f"simplebroker+{redis_url}", transport_options=options) as other:
+            Producer(other.default_channel, exchange=events).publish({"e": 1}, routing_key="a.b")
+            assert {q for _, _, q in other.default_channel.get_table("ev")} == {"ev.tmp", "ev.kept"}
+        assert core.get_queue_stat("ev.tmp").total == 1
+        if how == "cancel":
+            consumers[0].cancel()
+        channel.close()
+        table = {q for _, _, q in conn.default_channel.get_table("ev")}
+    assert table == {"ev.kept"}  # unbound: later events go nowhere
+    assert core.get_queue_stat("ev.tmp").total == 0
+    assert core.get_queue_stat("ev.kept").total == 1

@@ -118,6 +118,7 @@ class Channel(virtual.Channel):
         self.transport = connection
         self._buffers: dict[str, deque[Buffered]] = {}
         self._noack: set[str] = set()
+        self._auto_delete: set[str] = set()  # auto_delete queues declared on this channel
 
     # -- bodies -----------------------------------------------------------------
     def encode_body(self, body: Any, encoding: str | None = None) -> tuple[Any, str | None]:
@@ -165,6 +166,8 @@ class Channel(virtual.Channel):
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Remember the queue's TTL and lifetime (SimpleBroker queues need no creation)."""
         self.transport.remember_queue(queue, kwargs)
+        if kwargs.get("auto_delete"):
+            self._auto_delete.add(queue)
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str | None, queue: str) -> None:
         lifetime = self.transport.queue_lifetime(queue)
@@ -213,12 +216,24 @@ class Channel(virtual.Channel):
         return result
 
     def basic_cancel(self, consumer_tag: str) -> Any:
-        """Stop consuming; messages reserved but not delivered go back at once."""
+        """Stop consuming; messages reserved but not delivered go back at once.
+
+        An ``auto_delete`` queue declared on this channel is deleted (its
+        bindings and messages) once no channel of the process consumes it,
+        as AMQP deletes one with its last consumer: a stopped worker's event
+        and mailbox queues do not linger until their bindings expire.
+        """
         queue = self._tag_to_queue.get(consumer_tag)
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._release_buffer(queue)
             self._noack.discard(queue)
+            if queue in self._auto_delete and queue not in self.transport.consumed_queues():
+                self._auto_delete.discard(queue)
+                try:
+                    self.queue_delete(queue)
+                except Exception as exc:  # noqa: BLE001 - its bindings still expire on their own
+                    logger.debug("deleting auto_delete queue %s failed: %s", queue, exc)
         self.transport.consumers_changed(consuming=False)
         return result
 

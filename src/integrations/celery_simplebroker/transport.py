@@ -249,12 +249,13 @@ class Transport(virtual.Transport):
                 logger.debug("purging expired queue %s failed: %s", binding.queue, exc)
         return live
 
-    def _consumed(self) -> set[str]:
+    def consumed_queues(self) -> set[str]:
+        """Return the Celery queues this transport's open channels consume."""
         # Snapshots: the heartbeat thread calls this while the consumer thread changes them.
         return {queue for channel in list(self.channels) for queue in list(channel._active_queues)}
 
     def _refresh_bindings(self) -> None:
-        consumed = self._consumed()
+        consumed = self.consumed_queues()
         alive = [b for b in list(self._expiring.values()) if b.queue in consumed]
         if alive:
             self.bindings.bind(alive)
@@ -509,7 +510,11 @@ class Transport(virtual.Transport):
             self._ensure_heartbeat()
             return
         self.wakeups.keep(self._watched())
-        if self._heartbeat is not None and not self.holdings.tokens() and not self._consumed():
+        if (
+            self._heartbeat is not None
+            and not self.holdings.tokens()
+            and not self.consumed_queues()
+        ):
             self._heartbeat.stop()
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
@@ -563,7 +568,7 @@ class Transport(virtual.Transport):
         """Return every storage queue of the consumed queues -> the queue it counts for."""
         return {
             level: storage
-            for storage in (storage_queue(queue) for queue in self._consumed())
+            for storage in (storage_queue(queue) for queue in self.consumed_queues())
             if storage not in self._muted
             for level in self.levels(storage)
         }
