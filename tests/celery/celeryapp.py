@@ -107,27 +107,28 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         return key
 
 
-@signals.worker_ready.connect
-def _ready(sender: Any = None, **kwargs: Any) -> None:
+def _signal_event(*words: object) -> None:
+    """Append a worker signal's event to ``$CELERY_LOG`` (a test worker has one)."""
     log = os.environ.get("CELERY_LOG")
     if log:
-        note(log, "ready", getattr(sender, "hostname", "?"))
+        note(log, *words)
+
+
+@signals.worker_ready.connect
+def _ready(sender: Any = None, **kwargs: Any) -> None:
+    _signal_event("ready", getattr(sender, "hostname", "?"))
 
 
 @signals.worker_shutting_down.connect
 def _stopping(sender: Any = None, **kwargs: Any) -> None:
     """The shutdown begins (Celery's SIGTERM handler)."""
-    log = os.environ.get("CELERY_LOG")
-    if log:
-        note(log, "stopping", sender or "?")
+    _signal_event("stopping", sender or "?")
 
 
 @signals.worker_shutdown.connect
 def _stopped(sender: Any = None, **kwargs: Any) -> None:
     """The consumer and the pool have stopped."""
-    log = os.environ.get("CELERY_LOG")
-    if log:
-        note(log, "stopped", getattr(sender, "hostname", "?"))
+    _signal_event("stopped", getattr(sender, "hostname", "?"))
 
 
 @signals.task_success.connect
@@ -139,9 +140,8 @@ def _die_after_result(sender: Any = None, **kwargs: Any) -> None:
 
 @signals.task_received.connect
 def _received(request: Any = None, **kwargs: Any) -> None:
-    log = os.environ.get("CELERY_LOG")
-    if log and request is not None:
-        note(log, "received", request.id, request.eta or "-")
+    if request is not None:
+        _signal_event("received", request.id, request.eta or "-")
 
 
 if os.environ.get("CELERY_NS"):
