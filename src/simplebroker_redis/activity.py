@@ -381,8 +381,12 @@ class WakeupListener:
         elif connections.kind == "cluster":
             connections.moved(None)  # ask the seed nodes where the slot is now
         if not failing and not self._stopping:
+            # type and text: redis-py 8's repr of its errors drops the text
             logger.warning(
-                "wake-up subscription at %s lost: %r; reconnecting", self._runner.where, exc
+                "wake-up subscription at %s lost: %s: %s; reconnecting",
+                self._runner.where,
+                type(exc).__name__,
+                exc,
             )
         return True
 

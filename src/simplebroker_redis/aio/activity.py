@@ -111,7 +111,13 @@ class AsyncActivity:
                     failing = restored = False  # it lasted: this is a new outage
                 if not failing:
                     kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
-                    logger.warning("wake-up subscription at %s %s: %r", self._where, kind, exc)
+                    logger.warning(  # type and text: redis-py 8's repr drops the text
+                        "wake-up subscription at %s %s: %s: %s",
+                        self._where,
+                        kind,
+                        type(exc).__name__,
+                        exc,
+                    )
                 failing = True
             finally:
                 await _close_quietly(pubsub, client)
