@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,12 @@ import redis
 from simplebroker import BrokerTarget, Queue, QueueWatcher, create_activity_waiter_for_queues
 
 from simplebroker_redis import RedisRunner, redis_backend_plugin
-from simplebroker_redis.activity import WakeupListener, listener_for, open_waiter
+from simplebroker_redis.activity import (
+    WakeupListener,
+    existing_listener,
+    listener_for,
+    open_waiter,
+)
 from simplebroker_redis.core import RedisBrokerCore
 
 
@@ -191,7 +197,7 @@ def test_queue_watcher_end_to_end(target, broker):
         queue.close()
 
 
-def test_an_idle_watcher_costs_the_server_almost_nothing(tmp_path: Path):
+def test_an_idle_watcher_costs_the_server_almost_nothing(tmp_path: Path, caplog):
     from simplebroker_redis.devserver import DevServer
 
     # Measured as an operator would: INFO stats total_commands_processed over
@@ -204,11 +210,25 @@ def test_an_idle_watcher_costs_the_server_almost_nothing(tmp_path: Path):
         handled: list[str] = []
         watcher = QueueWatcher(queue, lambda body, _id: handled.append(body))
         thread = watcher.run_in_thread()
+        runner = RedisRunner(server.url, namespace="idle")
         try:
             time.sleep(1.5)  # settle: initial drain, subscription, the first empty check
-            before = int(raw.info("stats")["total_commands_processed"])
-            time.sleep(5.0)
-            after = int(raw.info("stats")["total_commands_processed"])
+            listener = existing_listener(runner)
+            assert listener is not None
+            # A window in which the wake-up connection was lost and remade
+            # measures the reconnect, not the idle cost: measure another one
+            # (and say why, so a recurring loss shows in the run's warnings).
+            for _window in range(3):
+                reconnects = listener.reconnects
+                before = int(raw.info("stats")["total_commands_processed"])
+                time.sleep(5.0)
+                after = int(raw.info("stats")["total_commands_processed"])
+                if listener.reconnects == reconnects:
+                    break
+                lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+                warnings.warn(f"idle window had a reconnect: {lost}", stacklevel=1)
+            else:
+                pytest.fail("the wake-up connection was lost in three windows running")
             spent = after - before - 1  # the second INFO itself
             assert spent <= 7, f"{spent} commands in 5 s"
             # Still awake: a write is handled at once.
@@ -221,6 +241,7 @@ def test_an_idle_watcher_costs_the_server_almost_nothing(tmp_path: Path):
             watcher.stop()
             thread.join(timeout=5)
             queue.close()
+            runner.close()
             raw.close()
 
 
@@ -260,22 +281,22 @@ def test_broker_watch_cli_on_redis(redis_url, namespace, tmp_path: Path, broker)
         encoding="utf-8",
     )
     broker_cli = Path(sys.executable).with_name("broker")
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [str(broker_cli), "watch", "cli-jobs"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        time.sleep(1.0)
-        broker.write("cli-jobs", "hello from the API")
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "hello from the API"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    ) as proc:  # closes the pipes
+        try:
+            time.sleep(1.0)  # (a watcher started later drains the message at start)
+            broker.write("cli-jobs", "hello from the API")
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.strip() == "hello from the API"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def test_waiter_survives_server_restart(tmp_path: Path):
@@ -284,22 +305,22 @@ def test_waiter_survives_server_restart(tmp_path: Path):
     from simplebroker_redis.runner import RedisRunner
 
     server = DevServer(data_dir=str(tmp_path / "srv")).start()
+    restarted: DevServer | None = None
     try:
         waiter = _waiter(server.url, "restart", "jobs")
         server.kill()
-        time.sleep(0.3)
-        DevServer(data_dir=server.data_dir, port=server.port).start()
+        restarted = DevServer(data_dir=server.data_dir, port=server.port).start()
         assert waiter.wait(10) is True  # woken once after the reconnect
-        core = RedisBrokerCore(RedisRunner(server.url, namespace="restart"))
-        core.write("jobs", "x")
-        assert waiter.wait(5) is True
+        core = RedisBrokerCore(RedisRunner(server.url, namespace="restart"), owns_runner=True)
+        try:
+            core.write("jobs", "x")
+            assert waiter.wait(5) is True
+        finally:
+            core.shutdown()
         waiter.close()
     finally:
-        client = redis.Redis.from_url(server.url)
-        try:
-            client.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass
+        if restarted is not None:
+            restarted.stop()
         server.stop()
 
 
