@@ -31,6 +31,43 @@ def test_results_expire_after_result_expires(app, raw: redis.Redis, namespace):
     assert AsyncResult("t2", app=app).get(timeout=10) == 7
 
 
+def test_a_saved_group_is_restored_and_deleted(app):
+    """GroupResult.save()/restore()/delete(), which Celery users call by group id."""
+    from celery.result import GroupResult
+
+    children = [AsyncResult(f"member-{i}", app=app) for i in range(3)]
+    for i, child in enumerate(children):
+        app.backend.store_result(child.id, i * 10, states.SUCCESS)
+    GroupResult("saved-group", children, app=app).save()
+    restored = GroupResult.restore("saved-group", app=app)
+    assert restored is not None
+    assert [child.id for child in restored.results] == ["member-0", "member-1", "member-2"]
+    assert restored.get(timeout=10) == [0, 10, 20]
+    restored.delete()
+    assert GroupResult.restore("saved-group", app=app) is None
+
+
+def test_extended_results_carry_the_tasks_name_arguments_worker_and_queue(app):
+    from celery.app.task import Context
+
+    app.conf.result_extended = True
+    request = Context(
+        id="extended",
+        task="add",
+        args=[2, 3],
+        kwargs={"scale": 1},
+        hostname="w1@host",
+        retries=1,
+        delivery_info={"routing_key": "celery"},
+    )
+    app.backend.store_result("extended", 5, states.SUCCESS, request=request)
+    result = AsyncResult("extended", app=app)
+    assert result.get(timeout=10) == 5
+    assert (result.name, result.args, result.kwargs) == ("add", [2, 3], {"scale": 1})
+    assert (result.worker, result.retries, result.queue) == ("w1@host", 1, "celery")
+    assert result.date_done is not None
+
+
 def _reserved(runner, queue: str = "tasks"):
     """Write one message to ``queue`` and reserve it: (leases, lease)."""
     from simplebroker_redis import Leases, RedisBrokerCore
