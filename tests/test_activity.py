@@ -324,6 +324,30 @@ def test_waiter_survives_server_restart(tmp_path: Path):
         server.stop()
 
 
+def test_listener_works_without_select_poll(redis_url, namespace, broker, monkeypatch):
+    """eventlet's monkey-patching (celery worker -P eventlet) removes select.poll."""
+    import select
+
+    import redis._parsers.hiredis as hiredis_parser
+
+    monkeypatch.delattr(select, "poll")
+    # What redis-py, imported after the patching, decides at import time.
+    monkeypatch.setattr(hiredis_parser, "_HAS_POLL", False, raising=False)
+    first = _waiter(redis_url, namespace, "jobs")
+    try:
+        broker.write("jobs", "x")
+        assert first.wait(5) is True
+        second = _waiter(redis_url, namespace, "more")  # subscribed through the wake pipe
+        try:
+            broker.write("more", "y")
+            assert second.wait(5) is True
+            assert first.wait(0.05) is False
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
 def test_listener_works_with_descriptors_above_1024(redis_url, namespace, broker):
     """select() cannot watch a descriptor >= 1024; a busy process has such sockets."""
     import resource

@@ -393,21 +393,17 @@ class WakeupListener:
     def _serve(self) -> None:
         last_io = time.monotonic()
         idle_since: float | None = None
-        polled: Any = None  # the socket ``poller`` watches (built once per socket)
-        poller: Any = None
+        polled: Any = None  # the socket ``ready_within`` watches (built once per socket)
+        ready_within: Callable[[float], set[int]] | None = None
         while not self._stopping:
             idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
-            if sock is not polled:
-                # poll, not select: select fails for descriptors >= 1024, which
-                # a busy process (many pools and listeners) reaches.
-                poller = select.poll()
-                poller.register(sock, select.POLLIN)
-                poller.register(self._wake_r, select.POLLIN)
+            if sock is not polled or ready_within is None:
+                ready_within = _readiness(sock.fileno(), self._wake_r)
                 polled = sock
-            ready = {fd for fd, _ in poller.poll(1000)}
+            ready = ready_within(1.0)
             poked = self._wake_r in ready
             if poked:
                 os.read(self._wake_r, 4096)
@@ -419,6 +415,24 @@ class WakeupListener:
                     self._pubsub.ping()
                     self._pings += 1
                 last_io = time.monotonic()
+
+
+def _readiness(*fds: int) -> Callable[[float], set[int]]:
+    """Return a function that waits up to ``timeout`` s for ``fds`` to be readable.
+
+    It returns the readable (or closed) descriptors. poll, not select:
+    select fails for descriptors >= 1024, which a busy process (many pools
+    and listeners) reaches. eventlet's monkey-patching (``celery worker -P
+    eventlet``) removes ``select.poll``; its green ``select`` waits on the
+    hub's epoll, without that limit.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        return lambda timeout: {fd for fd, _ in poller.poll(timeout * 1000)}
+    watched = list(fds)
+    return lambda timeout: set(select.select(watched, [], [], timeout)[0])
 
 
 _LISTENERS: dict[tuple[Any, ...], WakeupListener] = {}

@@ -213,7 +213,7 @@ def test_a_task_killed_by_its_hard_time_limit_fails_once(
 
 
 @pytest.mark.parametrize("lease", [2.0])
-@pytest.mark.parametrize("pool", ["solo", "threads", "gevent"])
+@pytest.mark.parametrize("pool", ["solo", "threads", "gevent", "eventlet"])
 def test_a_stored_result_and_its_acknowledgement_are_one_step(
     app, start_worker, events, celery_url, namespace, pool
 ):

@@ -136,7 +136,7 @@ def test_a_worker_runs_higher_priority_tasks_first(app, start_worker, events):
     assert starts == ["high", "mid", "low0", "low1", "low2", "low3"]
 
 
-@pytest.mark.parametrize("pool", ["solo", "threads", "gevent"])
+@pytest.mark.parametrize("pool", ["solo", "threads", "gevent", "eventlet"])
 def test_a_sigterm_stops_an_idle_worker_without_waiting_out_its_drains(
     app, start_worker, events, pool
 ):

@@ -1,9 +1,12 @@
-"""``celery worker -P gevent``: tasks side by side, leases renewed, a killed worker's tasks return.
+"""``celery worker -P gevent`` and ``-P eventlet``: tasks side by side, leases renewed, a
+killed worker's tasks return.
 
 Celery's command line monkey-patches the process before the app is
 imported, so the transport's heartbeat and wake-up threads, its locks and
-its sockets all become gevent's (the dev extra installs gevent). These are
-real workers on the session's server, as in the rest of this directory.
+its sockets all become green (the dev extra installs gevent and eventlet;
+eventlet's patching also removes ``select.poll``, which the wake-up
+listener then does without). These are real workers on the session's
+server, as in the rest of this directory.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ def starts(events, pid: int | None = None) -> dict[str, float]:
     }
 
 
-def test_a_gevent_worker_runs_tasks_side_by_side(app, start_worker, events):
-    worker = start_worker("g", pool="gevent", concurrency=8)
+GREEN = ["gevent", "eventlet"]
+
+
+@pytest.mark.parametrize("pool", GREEN)
+def test_a_green_worker_runs_tasks_side_by_side(app, start_worker, events, pool):
+    worker = start_worker("g", pool=pool, concurrency=8)
     keys = [f"k{i}" for i in range(8)]
     results = [app.send_task("record", (key, 1.0)) for key in keys]
     assert [r.get(timeout=60) for r in results] == keys
@@ -41,9 +48,12 @@ def test_a_gevent_worker_runs_tasks_side_by_side(app, start_worker, events):
 
 
 @pytest.mark.parametrize("lease", [2.0])
-def test_a_gevent_worker_renews_its_tasks_and_they_return_when_it_dies(app, start_worker, events):
+@pytest.mark.parametrize("pool", GREEN)
+def test_a_green_worker_renews_its_tasks_and_they_return_when_it_dies(
+    app, start_worker, events, pool
+):
     """Held beyond two leases while the worker lives; run again within 15 s once it is killed."""
-    victim = start_worker("victim", pool="gevent", concurrency=4)
+    victim = start_worker("victim", pool=pool, concurrency=4)
     keys = [f"long{i}" for i in range(4)]
     for key in keys:
         app.send_task("record", (key, 60.0))
