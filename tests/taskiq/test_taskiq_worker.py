@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
+import pytest
 from taskiq.serializers import PickleSerializer
-from tqhelpers import Money, events, eventually, kiq
+from tqhelpers import PYTHONPATH, Money, events, eventually, kiq
 
 from taskiq_simplebroker import ResultIsMissingError, SimpleBrokerResultBackend
 
 
-async def test_results_progress_retries_and_delays(start_worker, client, task_log):
-    worker = start_worker()
+@pytest.fixture(params=["uvloop", "asyncio"])
+def event_loop_env(request, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The loop a worker runs on: ``taskiq worker`` takes uvloop whenever it imports.
+
+    "asyncio": a module on the worker's path that refuses the import, as on
+    a machine without uvloop (the dev extra installs it).
+    """
+    if request.param == "uvloop":
+        return "uvloop", {}
+    hidden = tmp_path / "no-uvloop"
+    hidden.mkdir()
+    (hidden / "uvloop.py").write_text('raise ImportError("not installed here")\n')
+    return "asyncio", {"PYTHONPATH": os.pathsep.join([str(hidden), PYTHONPATH])}
+
+
+async def test_results_progress_retries_and_delays(start_worker, client, task_log, event_loop_env):
+    kind, env = event_loop_env
+    worker = start_worker(env=env)
+    loop = await kiq(client, "loop_kind")
+    assert (await loop.wait_result(check_interval=0.02, timeout=15)).return_value.startswith(kind)
     added = await kiq(client, "add", 2, 3)
     assert (await added.wait_result(check_interval=0.02, timeout=15)).return_value == 5
 

@@ -87,6 +87,13 @@ async def add(a: int, b: int) -> int:
 
 
 @broker.task
+async def loop_kind() -> str:
+    """The running event loop's class (uvloop's when it is installed)."""
+    loop = type(asyncio.get_running_loop())
+    return f"{loop.__module__}.{loop.__qualname__}"
+
+
+@broker.task
 async def slow(
     seconds: float, progress: Annotated[ProgressTracker[dict[str, int]], TaskiqDepends()]
 ) -> str:
