@@ -393,17 +393,16 @@ class WakeupListener:
     def _serve(self) -> None:
         last_io = time.monotonic()
         idle_since: float | None = None
-        polled: Any = None  # the socket ``ready_within`` watches (built once per socket)
-        ready_within: Callable[[float], set[int]] | None = None
+        # The socket watched and its wait (built once per socket).
+        watch: tuple[Any, Callable[[float], set[int]]] | None = None
         while not self._stopping:
             idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection closed")
-            if sock is not polled or ready_within is None:
-                ready_within = _readiness(sock.fileno(), self._wake_r)
-                polled = sock
-            ready = ready_within(1.0)
+            if watch is None or watch[0] is not sock:
+                watch = (sock, _readiness(sock.fileno(), self._wake_r))
+            ready = watch[1](1.0)
             poked = self._wake_r in ready
             if poked:
                 os.read(self._wake_r, 4096)
