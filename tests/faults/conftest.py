@@ -95,7 +95,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "req", "-x509", *curve, "-keyout", f"{name}.key", "-out", f"{name}.crt",
             "-days", "2", "-subj", f"/CN={subject}", *ca_extensions, cwd=where,
         )  # fmt: skip
-    (where / "san.ext").write_text(
+    (where / "leaf.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
         "basicConstraints=critical,CA:FALSE\n"
         "keyUsage=critical,digitalSignature\n"
@@ -110,7 +110,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", "san.ext",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", "leaf.ext",
             cwd=where,
         )  # fmt: skip
     return where
