@@ -116,7 +116,10 @@ def _signal_event(*words: object) -> None:
 
 @signals.worker_ready.connect
 def _ready(sender: Any = None, **kwargs: Any) -> None:
-    _signal_event("ready", getattr(sender, "hostname", "?"))
+    """The worker consumes; the event names its loop (Celery's hub or its blocking loop)."""
+    loop = "hub" if getattr(sender, "hub", None) is not None else "blocking"
+    pool = type(getattr(getattr(sender, "pool", None), "_pool", None)).__name__
+    _signal_event("ready", getattr(sender, "hostname", "?"), loop, pool)
 
 
 @signals.worker_shutting_down.connect

@@ -532,3 +532,46 @@ def test_an_auto_delete_queue_goes_with_its_last_consumer(redis_url, options, co
     assert table == {"ev.kept"}  # unbound: later events go nowhere
     assert core.get_queue_stat("ev.tmp").total == 0
     assert core.get_queue_stat("ev.kept").total == 1
+
+
+def test_in_an_event_loop_messages_arrive_by_the_alarm_not_by_polling(conn, redis_url, options):
+    """Celery's hub runs the transport: a backlog is delivered in a few turns, then the
+    loop's poll sleeps until a write's wake-up rings the alarm (not the 10 s recheck);
+    acknowledgements made in the loop open the prefetch window again; a closed
+    connection leaves the loop."""
+    from kombu.asynchronous import Hub
+
+    hub = Hub()
+    received: list[Any] = []
+
+    def on_message(body: Any, message: Any) -> None:
+        received.append(body)
+        message.ack()
+
+    publish(conn, "looped", *range(7))
+    with Connection(f"simplebroker+{redis_url}", transport_options=options) as worker:
+        channel = worker.channel()
+        channel.basic_qos(0, 2, False)  # a prefetch window of 2: the 7 need acks to get through
+        consumer = Consumer(channel, [Queue("looped", Exchange("looped"), "looped")])
+        consumer.register_callback(on_message)
+        consumer.consume()
+        transport = worker.transport
+        transport.register_with_event_loop(worker.connection, hub)
+        loop = hub.create_loop()
+        for _ in range(40):
+            if len(received) == 7:
+                break
+            next(loop)
+        assert received == list(range(7))
+
+        threading.Timer(0.5, publish, (conn, "looped", "late")).start()
+        started = time.monotonic()
+        while len(received) < 8 and time.monotonic() - started < 8:
+            next(loop)
+        assert received[7:] == ["late"]
+        assert time.monotonic() - started < 3.0  # the idle recheck is 10 s away
+        assert channel.qos.can_consume_max_estimate() == 2  # all acknowledged: the window is open
+        consumer.cancel()
+    assert transport._on_tick not in hub.on_tick
+    assert not hub.readers
+    hub.close()

@@ -6,16 +6,25 @@ or with ``broker_transport = "celery_simplebroker.transport:Transport"`` and
 ``broker_url = "redis://host:6379/0"``. See ``docs/celery.md``.
 
 kombu's virtual transport polls every queue each ``polling_interval``; this
-one does not. Once a poll finds nothing to deliver, ``drain_events``
-sleeps until a queue's Pub/Sub wake-up (every write, release and recovery
+one does not. Once a poll finds nothing to deliver, the transport waits
+until a queue's Pub/Sub wake-up (every write, release and recovery
 publishes one), a nudge from an acknowledgement or a prefetch change
 (``basic_qos``), or at most ``idle_recheck`` seconds, and polls again only
 then; a queue a poll found empty is skipped until its wake-up (see
 :mod:`.wakeups`).
+
+The transport is asynchronous: a worker (other than a gevent or eventlet
+one) runs it in its event loop, Celery's hub (:meth:`Transport.register_with_event_loop`),
+which it needs for its prefork pool's asynchronous form. There the wait is
+the hub's own poll, on a descriptor the wake-ups make readable, and each
+turn of the loop delivers what the prefetch window has room for. Elsewhere
+(green pools, ``celery inspect``, any ``drain_events`` caller) the wait is
+a sleep in :meth:`Transport.drain_events`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,6 +80,10 @@ _TRANSPORTS: set[Transport] = set()
 #: Seconds a drain sleeps, delivering nothing, once the worker is shutting down.
 STOPPING_NAP: Final[float] = 0.1
 
+#: Messages one turn of the event loop delivers at most, before it polls its
+#: other descriptors (the pool's pipes, timers) again.
+TICK_DELIVERIES: Final[int] = 64
+
 #: Every transport of this process (a forked child's are its parent's; see pid).
 _ALL: weakref.WeakSet[Transport] = weakref.WeakSet()
 
@@ -78,11 +91,12 @@ _ALL: weakref.WeakSet[Transport] = weakref.WeakSet()
 def _stop_waiting(**kwargs: Any) -> None:
     """Stop the transports' sleeps when the worker begins a shutdown (in its signal handler).
 
-    Celery's loop for a transport like this one (not asynchronous) drains
-    with a 2 s timeout, sees the shutdown only between two drains, and
-    drains once more on its way out: a SIGTERM waited up to 4 s for sleeps.
-    The sleeping drain returns at once, later ones after at most
-    :data:`STOPPING_NAP`, all with nothing.
+    A worker without an event loop (gevent, eventlet) drains with a 2 s
+    timeout, sees the shutdown only between two drains, and drains once
+    more on its way out: a SIGTERM waited up to 4 s for sleeps. The
+    sleeping drain returns at once, later ones after at most
+    :data:`STOPPING_NAP`, all with nothing. In an event loop the alarm
+    ends the loop's poll, and the loop delivers nothing more.
     """
     pid = os.getpid()
     transports: tuple[Transport, ...] = ()
@@ -133,6 +147,7 @@ class Transport(virtual.Transport):
         redis.TimeoutError,
     )
     implements = virtual.Transport.implements.extend(
+        asynchronous=True,
         exchange_type=frozenset(["direct", "topic", "fanout"]),
     )
 
@@ -163,6 +178,10 @@ class Transport(virtual.Transport):
         # ack_with_result): True once the server confirmed it, False before.
         self._with_result: dict[tuple[str, int], bool] = {}
         self._with_result_lock = threading.Lock()
+        self._loop: Any = None  # the event loop delivering this transport's messages
+        self._recheck_timer: Any = None
+        self._alarm = -1  # the wake-ups' alarm descriptor, while in a loop
+        self._closed = False
 
     # -- connection lifecycle --------------------------------------------------------
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
@@ -177,6 +196,8 @@ class Transport(virtual.Transport):
     def close_connection(self, connection: Any) -> None:
         """Close channels (handing held messages back), the heartbeat, and the pool."""
         _TRANSPORTS.discard(self)
+        self._closed = True
+        self._leave_loop()
         try:
             super().close_connection(connection)
         finally:
@@ -550,6 +571,72 @@ class Transport(virtual.Transport):
                     self._must_poll = True
             except Stopping:
                 raise TimeoutError() from None  # back to the worker's loop, which stops
+
+    # -- the event loop ------------------------------------------------------------------------
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Deliver from ``loop`` (Celery's hub): each turn, then again when the alarm rings.
+
+        The wake-ups' alarm is one of the loop's readers; a timer makes the
+        loop turn at least every ``idle_recheck`` seconds, for the recheck.
+        """
+        self._leave_loop()
+        self._alarm = self.wakeups.alarm()
+        loop.add_reader(self._alarm, self._on_alarm)
+        loop.on_tick.add(self._on_tick)
+        self._recheck_timer = loop.call_repeatedly(self.options.idle_recheck, self._recheck)
+        self._loop = loop
+
+    def _leave_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        loop.on_tick.discard(self._on_tick)
+        if self._recheck_timer is not None:
+            self._recheck_timer.cancel()
+            self._recheck_timer = None
+        with contextlib.suppress(Exception):  # a closed hub has no poller left
+            loop.remove_reader(self._alarm)
+
+    def _recheck(self) -> None:
+        pass  # the timer only makes the loop turn; _should_poll sees that the recheck is due
+
+    def _on_tick(self) -> None:
+        """Before the loop polls: when there is something to deliver, ring the alarm.
+
+        Delivering here would be too early: what a delivery hands the loop
+        (Celery schedules a task's acknowledgement with ``call_soon``) would
+        wait for the end of the poll. Delivered in :meth:`_on_alarm`, after
+        the poll, it runs in the next turn.
+        """
+        if self._closed or self.wakeups.stopping:
+            return
+        if self.wakeups.take(wakeups=not self._prefetch_full()):
+            self._must_poll = True
+        self._watch()
+        if self._should_poll():
+            self._must_poll = True
+            self.wakeups.ring()
+
+    def _on_alarm(self) -> None:
+        """Deliver what the prefetch window has room for (the alarm rang)."""
+        self.wakeups.silence()
+        if self._closed or self.wakeups.stopping:
+            return
+        for _ in range(TICK_DELIVERIES):
+            self._watch()  # subscribed before polling: no wake-up is missed
+            if not self._should_poll():
+                return
+            self._must_poll = False
+            try:
+                cycle: Any = self.cycle
+                cycle.get(self._deliver, timeout=0)
+            except Empty:
+                self._next_recheck = time.monotonic() + self.options.idle_recheck
+                if not self._must_poll:
+                    return  # nothing to deliver, or no room: wait for the alarm
+                continue  # a queue listens again: subscribe, then poll once more
+            self._must_poll = True  # only an empty poll means "wait"
+        # More may be waiting: _must_poll stays set, and the next turn rings again.
 
     def _should_poll(self) -> bool:
         now = time.monotonic()

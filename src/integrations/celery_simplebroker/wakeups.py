@@ -12,7 +12,8 @@ says otherwise. :class:`Wakeups` subscribes to each consumed queue's channel
   arrives during it from being overwritten by "empty";
 - lets the consumer sleep until a wake-up, a nudge (an acknowledgement made
   room in the prefetch window, consumers changed) or a timeout, with no
-  polling slices.
+  polling slices; or, in an event loop (Celery's hub), makes a descriptor
+  readable (:meth:`Wakeups.alarm`) so the loop's poll ends instead.
 
 Wake-ups are hints: the transport forgets every "empty" mark at each idle
 recheck, and the listener wakes every queue after it reconnects.
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.activity import listener_for
@@ -50,6 +53,9 @@ class Wakeups:
         self._keys: dict[str, str] = {}  # watched queue -> the queue it counts for
         self._counted: frozenset[str] = frozenset()  # the values of _keys
         self._pid = os.getpid()
+        self._alarm: tuple[socket.socket, socket.socket] | None = None  # (reader, writer)
+        self._alarm_pending = False
+        self._loop_thread: int | None = None
 
     # -- subscriptions (the consumer thread) -------------------------------------------------
     def watch(self, queues: Mapping[str, str]) -> bool:
@@ -93,9 +99,14 @@ class Wakeups:
             self._unregister(queue)
 
     def close(self) -> None:
-        """Drop every subscription (best effort: the listener outlives failures)."""
+        """Drop every subscription (best effort: the listener outlives failures), and the alarm."""
         for queue in list(self._callbacks):
             self._unregister(queue)
+        with self._cond:
+            alarm, self._alarm = self._alarm, None
+        if alarm is not None:
+            for end in alarm:
+                end.close()
 
     def _unregister(self, queue: str) -> None:
         callback = self._callbacks.pop(queue)
@@ -115,6 +126,7 @@ class Wakeups:
                 self._empty.discard(queue)
                 self._woken = True
                 self._cond.notify_all()
+                self._ring()
 
         return woken
 
@@ -146,6 +158,7 @@ class Wakeups:
         with self._cond:
             self._nudged = True
             self._cond.notify_all()
+            self._ring()
 
     @property
     def stopping(self) -> bool:
@@ -161,6 +174,7 @@ class Wakeups:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._ring(always=True)  # the loop's poll ends, and the loop sees the shutdown
 
     def wait(self, seconds: float, *, wakeups: bool) -> bool:
         """Sleep until nudged, woken (when ``wakeups``), or ``seconds``; True unless timed out.
@@ -184,3 +198,61 @@ class Wakeups:
             if wakeups:
                 self._woken = False
             return happened
+
+    def take(self, *, wakeups: bool) -> bool:
+        """Return what :meth:`wait` would, without sleeping: True when nudged or woken since.
+
+        The event loop's form of :meth:`wait` (see :meth:`alarm`); with
+        ``wakeups`` False a wake-up is kept for a later call.
+        """
+        with self._cond:
+            happened = self._nudged or (wakeups and self._woken)
+            self._nudged = False
+            if wakeups:
+                self._woken = False
+            return happened
+
+    # -- an event loop's alarm ----------------------------------------------------------------
+    def alarm(self) -> int:
+        """Return a descriptor that becomes readable whenever a :meth:`wait` would end.
+
+        For an event loop (Celery's hub), which calls this from its own
+        thread: it polls the descriptor with its others instead of sleeping
+        here, calls :meth:`silence` when it is readable, and :meth:`take`
+        before delivering. A wake-up, a nudge from another thread, or
+        :meth:`stop_waiting` sends one byte, and no more until silenced;
+        a nudge from the loop's own thread sends none (the loop checks
+        :meth:`take` before it polls again).
+        """
+        with self._cond:
+            if self._alarm is None:
+                reader, writer = socket.socketpair()
+                reader.setblocking(False)
+                writer.setblocking(False)
+                self._alarm, self._alarm_pending = (reader, writer), False
+            self._loop_thread = threading.get_ident()
+            return self._alarm[0].fileno()
+
+    def silence(self) -> None:
+        """Read the alarm's bytes; the next wake-up or nudge sends one again."""
+        with self._cond:
+            if self._alarm is None:
+                return
+            with suppress(OSError):  # drained before the flag clears: no byte is left unread
+                self._alarm[0].recv(4096)
+            self._alarm_pending = False
+
+    def ring(self) -> None:
+        """Make the alarm readable (the loop has more to deliver: its poll must not sleep)."""
+        with self._cond:
+            self._ring(always=True)
+
+    def _ring(self, *, always: bool = False) -> None:
+        # Called with self._cond held.
+        if self._alarm is None or self._alarm_pending:
+            return
+        if not always and threading.get_ident() == self._loop_thread:
+            return
+        self._alarm_pending = True
+        with suppress(OSError):  # full (a byte is waiting) or closed: nothing to add
+            self._alarm[1].send(b"\0")
