@@ -588,7 +588,8 @@ class Transport(virtual.Transport):
 
     def _leave_loop(self) -> None:
         loop, self._loop = self._loop, None
-        if loop is None:
+        if loop is None or self.pid != os.getpid():
+            # A forked pool process's copy: the loop's epoll set is its parent's too.
             return
         loop.on_tick.discard(self._on_tick)
         if self._recheck_timer is not None:
@@ -622,6 +623,8 @@ class Transport(virtual.Transport):
         self.wakeups.silence()
         if self._closed or self.wakeups.stopping:
             return
+        if self.wakeups.take(wakeups=not self._prefetch_full()):
+            self._must_poll = True  # rung by another thread: no need to wait for the next turn
         for _ in range(TICK_DELIVERIES):
             self._watch()  # subscribed before polling: no wake-up is missed
             if not self._should_poll():
