@@ -574,10 +574,12 @@ class Transport(virtual.Transport):
 
     # -- the event loop ------------------------------------------------------------------------
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        """Deliver from ``loop`` (Celery's hub): each turn, then again when the alarm rings.
+        """Deliver from ``loop`` (Celery's hub), in the reader of the wake-ups' alarm.
 
-        The wake-ups' alarm is one of the loop's readers; a timer makes the
-        loop turn at least every ``idle_recheck`` seconds, for the recheck.
+        Before each poll the loop's tick rings the alarm when there is
+        something to deliver; a wake-up or an acknowledgement from another
+        thread rings it too. A timer makes the loop turn at least every
+        ``idle_recheck`` seconds, for the recheck.
         """
         self._leave_loop()
         self._alarm = self.wakeups.alarm()
@@ -613,7 +615,8 @@ class Transport(virtual.Transport):
             return
         if self.wakeups.take(wakeups=not self._prefetch_full()):
             self._must_poll = True
-        self._watch()
+        # No _watch() here: consumer and mute changes set _must_poll, and the
+        # alarm's reader subscribes before it polls.
         if self._should_poll():
             self._must_poll = True
             self.wakeups.ring()
