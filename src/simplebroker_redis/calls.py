@@ -619,34 +619,51 @@ def reserve_queues(
     None) pairs; the first queue's messages come first, then the second's,
     and so on. Each queue that gives messages gets its own token.
     """
+    return Call(
+        _multi_lease, "reserve_queues", _ordered_args(sources, limit, lease_seconds, max_deliveries)
+    )
+
+
+def _ordered_args(
+    sources: Sequence[tuple[str, str | None]],
+    limit: int,
+    lease_seconds: float | None,
+    max_deliveries: int | None,
+) -> tuple[object, ...]:
+    """Validate an ordered reservation; return its arguments (a fresh token prefix first)."""
     if not sources:
         raise ValueError("sources cannot be empty")
     for queue, dead_letter in sources:
         _check_reservation(queue, limit, "", max_deliveries, dead_letter)
     if len({queue for queue, _ in sources}) != len(sources):
         raise ValueError("a queue is listed twice")
-    prefix = new_token()
-    args: list[object] = [prefix, limit, lease_microseconds(lease_seconds), max_deliveries or 0]
+    args: list[object] = [
+        new_token(),
+        limit,
+        lease_microseconds(lease_seconds),
+        max_deliveries or 0,
+    ]
     for queue, dead_letter in sources:
         args += (queue, dead_letter or "")
+    return tuple(args)
 
-    def parse(raw: Any) -> MultiLease:
-        created_ns, deadline_us, due_us = int(raw[0]) * 1000, int(raw[1]), int(raw[2])
-        deadline_ns = None if deadline_us < 0 else deadline_us * 1000
-        due = None if due_us < 0 else due_us / 1_000_000
-        leases, at = [], 3
-        while at < len(raw):
-            token, queue, count = str(raw[at]), str(raw[at + 1]), int(raw[at + 2])
-            at += 3
-            messages = tuple(
-                LeasedMessage(int(raw[i]), raw[i + 1], int(raw[i + 2]))
-                for i in range(at, at + 3 * count, 3)
-            )
-            at += 3 * count
-            leases.append(Lease(token, queue, messages, created_ns, deadline_ns, due))
-        return MultiLease(tuple(leases), created_ns, deadline_ns, due)
 
-    return Call(parse, "reserve_queues", tuple(args))
+def _multi_lease(raw: Any) -> MultiLease:
+    """Parse what ``reserve_queues.lua`` returns (also the tail of ``celery_store.lua``'s)."""
+    created_ns, deadline_us, due_us = int(raw[0]) * 1000, int(raw[1]), int(raw[2])
+    deadline_ns = None if deadline_us < 0 else deadline_us * 1000
+    due = None if due_us < 0 else due_us / 1_000_000
+    leases, at = [], 3
+    while at < len(raw):
+        token, queue, count = str(raw[at]), str(raw[at + 1]), int(raw[at + 2])
+        at += 3
+        messages = tuple(
+            LeasedMessage(int(raw[i]), raw[i + 1], int(raw[i + 2]))
+            for i in range(at, at + 3 * count, 3)
+        )
+        at += 3 * count
+        leases.append(Lease(token, queue, messages, created_ns, deadline_ns, due))
+    return MultiLease(tuple(leases), created_ns, deadline_ns, due)
 
 
 def settle(
@@ -956,10 +973,13 @@ class CeleryStored:
 
     stored: int  #: 1 stored, 0 kept (the task had succeeded), -1 nothing done
     settlement: Settlement  #: of the acknowledged message (0, 0 when none was named)
+    #: The next messages reserved with it (``reserve_from``); None when not asked or stored is -1.
+    reserved: MultiLease | None = None
 
 
 def _celery_stored(raw: Any) -> CeleryStored:
-    return CeleryStored(int(raw[0]), Settlement(int(raw[1]), int(raw[2])))
+    reserved = _multi_lease(raw[3:]) if len(raw) > 3 else None
+    return CeleryStored(int(raw[0]), Settlement(int(raw[1]), int(raw[2])), reserved)
 
 
 def celery_store(
@@ -971,6 +991,10 @@ def celery_store(
     *,
     guard: bool,
     ack: tuple[str, int] | None = None,
+    reserve_from: Sequence[tuple[str, str | None]] = (),
+    reserve_limit: int = 0,
+    lease_seconds: float | None = None,
+    max_deliveries: int | None = None,
 ) -> Call[CeleryStored]:
     """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
 
@@ -979,6 +1003,10 @@ def celery_store(
     the same step (a worker's acknowledgement of the task whose result this
     is). ``stored`` is 1 stored, 0 kept, -1 when the guard could not read
     the stored entry (nothing done, nor acknowledged).
+
+    With ``ack``, ``reserve_from`` (as :func:`reserve_queues`' ``sources``)
+    also reserves up to ``reserve_limit`` of their pending messages in the
+    same step (``reserved``): the worker's next batch.
     """
     if expires_ms is not None:
         _lifetime(expires_ms)
@@ -993,4 +1021,8 @@ def celery_store(
         if not token:
             raise ValueError("token must not be empty")
         args += (token, format_id(int(message_id)))
+    if reserve_from:
+        if ack is None:
+            raise ValueError("reserving with a result needs its acknowledgement")
+        args += _ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries)
     return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))

@@ -104,6 +104,82 @@ def test_storing_a_result_can_delete_the_task_message_in_the_same_step(runner, r
     assert "SUCCESS" in raw.get(runner.keys.celery_entry("celery-task-meta-a"))
 
 
+def _store_ahead(runner, name: str, ack, sources, limit: int):
+    from simplebroker_redis import calls
+
+    call = calls.celery_store(
+        runner.keys,
+        name,
+        '{"status": "SUCCESS", "result": 1}',
+        None,
+        None,
+        guard=True,
+        ack=ack,
+        reserve_from=sources,
+        reserve_limit=limit,
+        lease_seconds=30.0,
+    )
+    return runner.run(call)
+
+
+def test_a_result_can_reserve_the_next_messages_in_the_same_step(runner, raw):
+    """A solo worker's next batch comes with its task's result: one round trip for both."""
+    from simplebroker_redis import Leases, RedisBrokerCore
+
+    _, lease = _reserved(runner)
+    core = RedisBrokerCore(runner)
+    for body in ("high", "low1", "low2", "low3"):
+        core.write("tasks.p9" if body == "high" else "tasks", body)
+    ack = (lease.token, lease.messages[0].id)
+    outcome = _store_ahead(
+        runner, "celery-task-meta-n", ack, [("tasks.p9", None), ("tasks", None)], 3
+    )
+    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 1, 0)
+    assert outcome.reserved is not None
+    assert [m.body for m in outcome.reserved.messages] == ["high", "low1", "low2"]
+    assert [lease.queue for lease in outcome.reserved.leases] == ["tasks.p9", "tasks"]
+    assert outcome.reserved.deadline_ns is not None
+    # Reserved as reserve_queues reserves: held (not claimable), settled with their tokens.
+    assert [m.body for m in Leases(runner).reserve("tasks", 10, 30.0).messages] == ["low3"]
+    for taken in outcome.reserved.leases:
+        ids = [m.id for m in taken.messages]
+        assert Leases(runner).ack(taken.token, ids, delete=True).settled == len(ids)
+    assert _total(runner, "tasks.p9") == 0
+
+
+def test_a_result_that_changes_nothing_reserves_nothing(runner, raw):
+    """The guard cannot read the stored entry: no result, no acknowledgement, no reservation."""
+    from simplebroker_redis import RedisBrokerCore
+
+    raw.set(runner.keys.celery_entry("celery-task-meta-u"), "\x80pickled")
+    _, lease = _reserved(runner)
+    RedisBrokerCore(runner).write("tasks", "next")
+    ack = (lease.token, lease.messages[0].id)
+    outcome = _store_ahead(runner, "celery-task-meta-u", ack, [("tasks", None)], 4)
+    assert (outcome.stored, outcome.reserved) == (-1, None)
+    assert _total(runner) == 2
+    assert RedisBrokerCore(runner).peek_many("tasks", 5, with_timestamps=False) == [
+        "task body",
+        "next",
+    ]
+
+
+def test_reserving_with_a_result_needs_its_acknowledgement(runner):
+    from simplebroker_redis import calls
+
+    with pytest.raises(ValueError, match="acknowledgement"):
+        calls.celery_store(
+            runner.keys,
+            "k",
+            "v",
+            None,
+            None,
+            guard=True,
+            reserve_from=[("tasks", None)],
+            reserve_limit=1,
+        )
+
+
 def test_a_kept_result_still_acknowledges_the_rerun_task(runner, raw):
     raw.set(runner.keys.celery_entry("celery-task-meta-b"), '{"status": "SUCCESS", "result": 1}')
     _, lease = _reserved(runner)

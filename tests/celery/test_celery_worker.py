@@ -213,3 +213,47 @@ def test_task_events_reach_a_monitor(app, start_worker):
     assert results and results[0].get(timeout=10) == 5
     task_events = [kind for kind in seen if kind.startswith("task-")]
     assert task_events == ["task-received", "task-started", "task-succeeded"]
+
+
+def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
+    app, start_worker, events, redis_url, namespace
+):
+    """With a backlog, the script storing a task's result also reserves the worker's
+    next batch: no reservation round trip of its own per prefetch window (window 2
+    here: one per two tasks before). Every task runs once, in order."""
+    import threading
+
+    import redis
+
+    count = 40
+    ids = [app.send_task("record", (f"t{i:02d}",)).id for i in range(count)]
+    seen: list[str] = []
+    monitoring = threading.Event()
+
+    def monitor() -> None:
+        client = redis.Redis.from_url(redis_url)
+        with client.monitor() as feed:
+            monitoring.set()
+            for command in feed.listen():
+                if namespace in command["command"]:
+                    seen.append(command["command"].split()[1])  # the function's name
+                if stopped.is_set():
+                    return
+
+    stopped = threading.Event()
+    thread = threading.Thread(target=monitor, daemon=True)
+    thread.start()
+    assert monitoring.wait(10)
+    start_worker("w")
+    assert [AsyncResult(i, app=app).get(timeout=60) for i in ids] == [
+        f"t{i:02d}" for i in range(count)
+    ]
+    stopped.set()
+    app.send_task("record", ("last",)).get(timeout=30)  # a command the monitor sees: it returns
+    thread.join(10)
+    stores = [name for name in seen if name.endswith("celery_store")]
+    reservations = [name for name in seen if name.endswith("reserve_queues")]
+    assert len(stores) >= count
+    assert len(reservations) <= 4, len(reservations)  # the first, and idle polls
+    starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
+    assert starts[:count] == [f"t{i:02d}" for i in range(count)]

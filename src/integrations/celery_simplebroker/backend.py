@@ -46,7 +46,7 @@ from simplebroker_redis.validation import validate_queue_name
 from .channel import parse_tag
 from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
 from .staging import staging
-from .transport import Transport, holder_of
+from .transport import Ahead, Transport, holder_of
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -154,13 +154,25 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         *,
         guard: bool,
         ack: tuple[str, int] | None = None,
+        ahead: Ahead | None = None,
     ) -> calls.CeleryStored:
         name = bytes_to_str(key)
         prefix = bytes_to_str(self.task_keyprefix)
         wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
         expires_ms = int(self.expires) * 1000 if self.expires else None
+        reservation = {} if ahead is None else ahead.reservation
         call = calls.celery_store(
-            self.runner.keys, name, encode_value(value), expires_ms, wake, guard=guard, ack=ack
+            self.runner.keys,
+            name,
+            encode_value(value),
+            expires_ms,
+            wake,
+            guard=guard,
+            ack=ack,
+            reserve_from=reservation.get("sources", ()),
+            reserve_limit=reservation.get("limit", 0),
+            lease_seconds=reservation.get("lease_seconds"),
+            max_deliveries=reservation.get("max_deliveries"),
         )
         return self.runner.run(call)
 
@@ -221,7 +233,8 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         ran twice must not overwrite SUCCESS), then write; here the script
         does both atomically, and wakes the result's waiters. A succeeded
         task's message is acknowledged in the same script when this process
-        holds it (:meth:`_holder`).
+        holds it (:meth:`_holder`); in a solo worker's event loop the script
+        also reserves the worker's next messages (``Transport.ahead``).
         """
         meta = self._get_result_meta(
             result=result, state=state, traceback=traceback, request=request
@@ -229,9 +242,12 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         meta["task_id"] = bytes_to_str(task_id)
         key, value = self.get_key_for_task(task_id), self.encode(meta)
         holder = self._holder(request) if state == states.SUCCESS else None
-        outcome = self._store(key, value, guard=True, ack=holder and holder[1])
+        ahead = None if holder is None else holder[0].ahead(holder[1])
+        outcome = self._store(key, value, guard=True, ack=holder and holder[1], ahead=ahead)
         if holder is not None and outcome.stored >= 0:
             holder[0].acked_with_result(*holder[1], outcome.settlement)
+            if ahead is not None and outcome.reserved is not None:
+                holder[0].took_ahead(ahead, outcome.reserved)
         if outcome.stored < 0:  # not JSON: Celery's own check
             if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
                 self._store(key, value, guard=False)

@@ -284,15 +284,43 @@ class Channel(virtual.Channel):
             limit -= self.buffered()
         if limit < 1:
             raise Empty()  # the prefetch window is full, not the queue empty
-        storage, wakeups = storage_queue(queue), self.transport.wakeups
-        generation = wakeups.generation(storage)
+        storage = storage_queue(queue)
+        generation = self.transport.wakeups.generation(storage)
         reserved = self.transport.reserve(storage, limit)
+        self.took(queue, reserved, limit, generation)
+        if not reserved:
+            raise Empty()
+
+    def took(self, queue: str, reserved: list[Buffered], limit: int, generation: int) -> None:
+        """Buffer a reservation of ``queue`` that asked for ``limit``, begun at ``generation``."""
+        storage, wakeups = storage_queue(queue), self.transport.wakeups
         self.transport.reserved_batch(storage, full=len(reserved) == limit)
         if len(reserved) < limit:  # it took every claimable message
             wakeups.found_empty(storage, generation)
-        if not reserved:
-            raise Empty()
-        buffer.extend(reserved)
+        if reserved:
+            self._buffers.setdefault(queue, deque()).extend(reserved)
+
+    def room_ahead(self, acked: tuple[str, int]) -> int:
+        """Return the prefetch window's room once the acknowledgements queued are sent.
+
+        Counts the delivered messages still held on the server: neither
+        acknowledged, nor ``acked``, nor acknowledged by their result's
+        script already (the loop sends Celery's acknowledgement of those
+        next turn), and the buffered ones.
+        """
+        qos = self.qos
+        prefetch = qos.prefetch_count
+        if not prefetch:
+            return self.transport.options.reserve_batch - self.buffered()
+        settled = self.transport.settled_with_result
+        held = 0
+        for tag in list(qos._delivered):
+            if tag in qos._dirty:
+                continue
+            message = parse_tag(tag)
+            if message != acked and not settled(message):
+                held += 1
+        return int(prefetch) - held - self.buffered()
 
     def _claim(self, queue: str) -> dict[str, Any]:
         storage, wakeups = storage_queue(queue), self.transport.wakeups

@@ -32,6 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from queue import Empty
 from typing import Any, Final, cast
 
@@ -42,6 +43,7 @@ from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import LeasedMessage, Leases, RedisBrokerCore, Settlement
+from simplebroker_redis.calls import MultiLease
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels
 from simplebroker_redis.validation import validate_message
@@ -171,6 +173,8 @@ class Transport(virtual.Transport):
         self._next_recheck = 0.0
         self._full_batches: dict[str, int] = {}  # storage queue -> full reservations in a row
         self._muted: set[str] = set()  # storage queues whose wake-ups are not listened to
+        # The pid whose subscriptions match the consumers and mutes; None once they changed.
+        self._watched_for: int | None = None
         self._heartbeat: LeaseHeartbeat | None = None
         self.pid = os.getpid()
         _ALL.add(self)
@@ -179,6 +183,7 @@ class Transport(virtual.Transport):
         self._with_result: dict[tuple[str, int], bool] = {}
         self._with_result_lock = threading.Lock()
         self._loop: Any = None  # the event loop delivering this transport's messages
+        self._loop_thread: int | None = None
         self._recheck_timer: Any = None
         self._alarm = -1  # the wake-ups' alarm descriptor, while in a loop
         self._closed = False
@@ -320,17 +325,24 @@ class Transport(virtual.Transport):
         One round trip (``reserve_queues`` over :meth:`levels`); returns
         (token, message) pairs in delivery order.
         """
+        return self._hold(self.leases.reserve_queues(**self._reservation(queue, limit)))
+
+    def _reservation(self, queue: str, limit: int) -> dict[str, Any]:
+        """Return the arguments of a reservation of ``queue`` (storage name), every priority."""
         options = self.options
         dead_letter = options.dead_letter_queue
         sources = self.levels(queue)
         if dead_letter in sources:
             dead_letter = None
-        reserved = self.leases.reserve_queues(
-            [(source, dead_letter) for source in sources],
-            limit,
-            options.lease_seconds,
-            max_deliveries=options.max_deliveries if dead_letter else None,
-        )
+        return {
+            "sources": [(source, dead_letter) for source in sources],
+            "limit": limit,
+            "lease_seconds": options.lease_seconds,
+            "max_deliveries": options.max_deliveries if dead_letter else None,
+        }
+
+    def _hold(self, reserved: MultiLease) -> list[tuple[str, LeasedMessage]]:
+        """Renew what a reservation took from now on; return its (token, message) pairs."""
         for lease in reserved.leases:
             if lease.messages:
                 self.holdings.hold(lease.token, len(lease.messages))
@@ -338,6 +350,58 @@ class Transport(virtual.Transport):
             self._ensure_heartbeat()
             _TRANSPORTS.add(self)
         return [(lease.token, message) for lease in reserved.leases for message in lease.messages]
+
+    def ahead(self, acked: tuple[str, int]) -> Ahead | None:
+        """Plan the reservation a result's script can make with its acknowledgement.
+
+        A solo worker runs its tasks in the event loop's thread, one at a
+        time; the result of one is stored (and the task acknowledged) before
+        the loop delivers the next, and when the prefetch window's messages
+        are all delivered, the loop would reserve the next batch in a round
+        trip of its own. The result's script reserves it instead (see
+        ``celery_store.lua``): only in the loop's thread (no other thread
+        touches the channel's buffer), for the one queue consumed with
+        acknowledgements, when it is not known empty, as many messages as
+        the window will have room for once the loop sends the
+        acknowledgements it has queued (``acked`` among them). None when
+        any of that does not hold.
+        """
+        if self._loop is None or threading.get_ident() != self._loop_thread:
+            return None
+        if self.wakeups.stopping or self._closed:
+            return None
+        targets = [
+            (channel, queue)
+            for channel in self.channels
+            if channel._consumers
+            for queue in channel._active_queues
+            if queue not in channel._noack
+        ]
+        if len(targets) != 1:
+            return None
+        channel, queue = targets[0]
+        storage = storage_queue(queue)
+        if self.wakeups.known_empty(storage):
+            return None
+        room = channel.room_ahead(acked)
+        if room < 1:
+            return None
+        generation = self.wakeups.generation(storage)
+        return Ahead(channel, queue, self._reservation(storage, room), generation)
+
+    def took_ahead(self, ahead: Ahead, reserved: MultiLease) -> None:
+        """Buffer what a result's script reserved (:meth:`ahead`) for the loop to deliver."""
+        channel, queue = ahead.channel, ahead.queue
+        pairs = self._hold(reserved)
+        if channel.closed or queue not in channel._active_queues:
+            groups: dict[str, list[int]] = {}
+            for token, message in pairs:
+                groups.setdefault(token, []).append(message.id)
+            self.release(groups, undeliver=True)  # consumer gone meanwhile: hand them back
+            return
+        channel.took(queue, pairs, ahead.reservation["limit"], ahead.generation)
+        if pairs:
+            self._must_poll = True
 
     def reserved_batch(self, queue: str, *, full: bool) -> None:
         """Record whether a reservation of ``queue`` (storage name) filled its batch.
@@ -349,12 +413,14 @@ class Transport(virtual.Transport):
         """
         if full:
             count = self._full_batches[queue] = self._full_batches.get(queue, 0) + 1
-            if count >= MUTE_AFTER:
+            if count >= MUTE_AFTER and queue not in self._muted:
                 self._muted.add(queue)
+                self._watched_for = None
             return
         self._full_batches.pop(queue, None)
         if queue in self._muted:
             self._muted.discard(queue)
+            self._watched_for = None
             self._must_poll = True
 
     def open_envelope(
@@ -466,6 +532,11 @@ class Transport(virtual.Transport):
                 self._with_result[(token, message_id)] = True
         self._report(settlement, message_id)
 
+    def settled_with_result(self, message: tuple[str, int]) -> bool:
+        """Return True when the script storing its task's result deleted ``message``."""
+        with self._with_result_lock:
+            return self._with_result.get(message, False)
+
     def _unsettled(self, token: str, ids: Iterable[int]) -> tuple[list[int], int]:
         """Split ``ids`` for a release or reject: (still on the server, already unheld).
 
@@ -527,6 +598,7 @@ class Transport(virtual.Transport):
         on a pooled connection) must not run recovery passes forever.
         """
         self._must_poll = True
+        self._watched_for = None
         if consuming:
             self._ensure_heartbeat()
             return
@@ -583,6 +655,7 @@ class Transport(virtual.Transport):
         """
         self._leave_loop()
         self._alarm = self.wakeups.alarm()
+        self._loop_thread = threading.get_ident()
         loop.add_reader(self._alarm, self._on_alarm)
         loop.on_tick.add(self._on_tick)
         self._recheck_timer = loop.call_repeatedly(self.options.idle_recheck, self._recheck)
@@ -667,8 +740,32 @@ class Transport(virtual.Transport):
         }
 
     def _watch(self) -> None:
-        if self.wakeups.watch(self._watched()):
+        """Subscribe to the consumed queues' wake-ups, when consumers or mutes changed.
+
+        Called before every poll; builds the watched set only after a change
+        (or in a forked process, whose wake-ups start afresh).
+        """
+        pid = os.getpid()
+        if self._watched_for == pid:
+            return
+        self._watched_for = pid  # before building: a change meanwhile marks it again
+        try:
+            changed = self.wakeups.watch(self._watched())
+        except BaseException:
+            self._watched_for = None  # the next poll tries again
+            raise
+        if changed:
             self._must_poll = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A reservation a result's script makes for a channel (see :meth:`Transport.ahead`)."""
+
+    channel: Channel
+    queue: str  #: the Celery queue it is for
+    reservation: dict[str, Any]  #: keyword arguments of ``calls.celery_store``'s reservation
+    generation: int  #: the queue's wake-up count before the script ran
 
 
 def _lost(tokens: set[str]) -> None:

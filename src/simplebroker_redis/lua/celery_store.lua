@@ -5,31 +5,57 @@
 -- one change (a worker that dies between the two cannot run it again).
 -- With the guard on, a task that already succeeded keeps its result: the
 -- check Celery's key-value backends make with a separate read (a task that
--- ran twice must not overwrite SUCCESS), made atomic here.
--- uses: guard, members, celery, reservations
+-- ran twice must not overwrite SUCCESS), made atomic here. With an
+-- acknowledgement it can also reserve the worker's next messages (as
+-- reserve_queues.lua), so that a worker running one task at a time spends
+-- one round trip per task, not one more per prefetch window.
+-- uses: guard, members, celery, reservations, upkeep
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
 -- ARGV: 1 wake prefix, 2 value, 3 expiry in ms ('' = none), 4 queue whose
 --       wake channel to publish on ('' = none), 5 guard ('1' = keep an
 --       entry whose JSON says "status": "SUCCESS"), 6 reservation token
---       ('' = acknowledge nothing), 7 the 19-digit ID to delete from it.
+--       ('' = acknowledge nothing), 7 the 19-digit ID to delete from it,
+--       then optionally (with an acknowledgement) the reservation's 8 token
+--       prefix, 9 limit, 10 lease in us ('-1' = never expires), 11 max
+--       deliveries ('0' = unlimited), and (queue, dead-letter queue or '')
+--       pairs, as ARGV 2.. of reserve_queues.lua.
 -- Returns: {stored, settled, lost}: stored is 1 stored, 0 kept (the task
 -- had succeeded; its message is acknowledged all the same), -1 nothing
 -- done at all: the guard could not read the stored entry (not JSON:
 -- another serializer), so the caller checks it itself; settled/lost as in
--- settle.lua (an unknown token or a damaged record: lost).
--- Raises (before any write): ARG (a malformed expiry or key list), WRONGTYPE.
+-- settle.lua (an unknown token or a damaged record: lost). With a
+-- reservation asked for, then what reserve_queues.lua returns (none when
+-- stored is -1).
+-- Raises (before any write but upkeep's, which a reservation starts with,
+-- as in reserve_queues.lua): ARG (a malformed expiry, key list or
+-- reservation), WRONGTYPE, TOKEN.
 celery_key_count(1)
 local entry = KEYS[FIXED_KEYS + 1]
 local value, px, queue, guard, token = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
 if px ~= '' and not string.find(px, '^[1-9]%d*$') then fail('ARG', 'expiry ' .. tostring(px)) end
+local ahead, limit, lease = #ARGV > 7, tonumber(ARGV[9]), tonumber(ARGV[10])
+if ahead and (token == '' or not limit or limit < 1 or not lease or (#ARGV - 11) % 2 ~= 0
+    or #ARGV < 13) then
+  fail('ARG', 'a reservation needs an acknowledgement, a limit, a lease and queue pairs')
+end
 check_kind(entry, 'string')
+-- A reservation starts with upkeep (expired reservations back, due messages
+-- pending), before any plan below reads what it may change.
+local head = nil
+if ahead then
+  local now, next_due = upkeep()
+  local deadline, due_in = -1, '-1'
+  if lease >= 0 then deadline = now + lease end
+  if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
+  head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
+end
 local stored = 1
 if guard == '1' then
   local current = redis.call('GET', entry)
   if current then
     local readable, meta = pcall(cjson.decode, current)
-    if not readable or type(meta) ~= 'table' then return {-1, 0, 0} end
+    if not readable or type(meta) ~= 'table' then return {-1, 0, 0} end  -- reserves nothing
     if meta['status'] == 'SUCCESS' then stored = 0 end
   end
 end
@@ -46,6 +72,16 @@ if token ~= '' then
   end
 end
 
+local picked = nil
+if ahead then
+  local names, deads = {}, {}
+  for i = 12, #ARGV, 2 do
+    names[#names + 1] = ARGV[i]
+    deads[#deads + 1] = ARGV[i + 1]
+  end
+  picked = plan_ordered(ARGV[8], limit, names, deads)
+end
+
 if stored == 1 then
   if px == '' then
     redis.call('SET', entry, value)
@@ -57,4 +93,9 @@ end
 local settled = 0
 if plan then settled, lost = settle_apply(plan) end
 for _, name in ipairs(emptied) do redis.call('ZREM', K_QUEUES, name) end
-return {stored, settled, lost}
+local out = {stored, settled, lost}
+if picked then
+  for _, part in ipairs(head) do out[#out + 1] = part end
+  apply_ordered(picked, head[1], head[2], ARGV[10], ARGV[11], out)
+end
+return out

@@ -5,7 +5,7 @@
 -- leases, recovery and dead-lettering stay per queue. Used by Taskiq
 -- workers for priorities (a queue's priority queues, highest first) and for
 -- listening on several queues.
--- uses: guard, members, bulk, reservations, upkeep
+-- uses: guard, reservations, upkeep
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token prefix (fresh, [0-9a-f]; the tokens are
 --       '<prefix>-<n>' for the n-th queue), 3 limit, 4 lease in us ('-1' =
@@ -26,40 +26,11 @@ local due_in = '-1'
 if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
 local head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
 
--- Which queues hold anything at all (one read), then the pending messages
--- of those, in order, up to the limit.
-local names = {}
-for i = 6, #ARGV, 2 do names[#names + 1] = ARGV[i] end
-local known = zmscore_all(K_QUEUES, names)
-local picked, left = {}, limit
-for n, queue in ipairs(names) do
-  if left <= 0 then break end
-  if known[n] then
-    local members = range(K_PENDING, qlo(queue), qhi(queue), 'oldest', left)
-    if #members > 0 then
-      local token = prefix .. '-' .. n
-      if redis.call('HEXISTS', K_TOKENS, token) == 1 then fail('TOKEN', 'token ' .. token .. ' is in use') end
-      picked[#picked + 1] = {queue = queue, dead = ARGV[5 + 2 * n], token = token, members = members}
-      left = left - #members
-    end
-  end
+local names, deads = {}, {}
+for i = 6, #ARGV, 2 do
+  names[#names + 1] = ARGV[i]
+  deads[#deads + 1] = ARGV[i + 1]
 end
-if #picked == 0 then return head end
-
--- Reads (each also refuses a wrong-typed key), then the keys written unread.
-for _, pick in ipairs(picked) do
-  pick.ids, pick.bodies = bodies_of(pick.members)
-  pick.counts = delivery_counts(pick.ids)
-end
-check_keys({K_RESERVED, K_OWNERS, K_TOKEN_IDS, K_LEASES})
-
-for _, pick in ipairs(picked) do
-  head[#head + 1] = pick.token
-  head[#head + 1] = pick.queue
-  head[#head + 1] = #pick.ids
-  reserve_members(pick.token, {
-    q = pick.queue, t = '', c = head[1], d = head[2], l = ARGV[4],
-    m = ARGV[5], x = pick.dead,
-  }, pick.members, pick.ids, pick.bodies, pick.counts, head)
-end
+local picked = plan_ordered(prefix, limit, names, deads)
+apply_ordered(picked, head[1], head[2], ARGV[4], ARGV[5], head)
 return head
