@@ -9,8 +9,10 @@ tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -130,8 +132,14 @@ def _stopping(sender: Any = None, **kwargs: Any) -> None:
 
 @signals.worker_shutdown.connect
 def _stopped(sender: Any = None, **kwargs: Any) -> None:
-    """The consumer and the pool have stopped."""
+    """The consumer and the pool have stopped; what is left is the interpreter's exit.
+
+    A process still alive 3 s later writes every thread's stack to its
+    output (the tests show it when an exit is slow).
+    """
     _signal_event("stopped", getattr(sender, "hostname", "?"))
+    if os.environ.get("CELERY_LOG") and sys.__stderr__ is not None:
+        faulthandler.dump_traceback_later(3.0, file=sys.__stderr__)
 
 
 @signals.task_success.connect
