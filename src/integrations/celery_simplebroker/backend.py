@@ -160,7 +160,15 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         prefix = bytes_to_str(self.task_keyprefix)
         wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
         expires_ms = int(self.expires) * 1000 if self.expires else None
-        reservation = {} if ahead is None else ahead.reservation
+        reserve: dict[str, Any] = {}
+        if ahead is not None:
+            plan = ahead.reservation
+            reserve = {
+                "reserve_from": plan.sources,
+                "reserve_limit": plan.limit,
+                "lease_seconds": plan.lease_seconds,
+                "max_deliveries": plan.max_deliveries,
+            }
         call = calls.celery_store(
             self.runner.keys,
             name,
@@ -169,10 +177,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             wake,
             guard=guard,
             ack=ack,
-            reserve_from=reservation.get("sources", ()),
-            reserve_limit=reservation.get("limit", 0),
-            lease_seconds=reservation.get("lease_seconds"),
-            max_deliveries=reservation.get("max_deliveries"),
+            **reserve,
         )
         return self.runner.run(call)
 

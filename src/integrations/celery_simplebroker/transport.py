@@ -325,21 +325,25 @@ class Transport(virtual.Transport):
         One round trip (``reserve_queues`` over :meth:`levels`); returns
         (token, message) pairs in delivery order.
         """
-        return self._hold(self.leases.reserve_queues(**self._reservation(queue, limit)))
+        plan = self._reservation(queue, limit)
+        reserved = self.leases.reserve_queues(
+            plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
+        )
+        return self._hold(reserved)
 
-    def _reservation(self, queue: str, limit: int) -> dict[str, Any]:
-        """Return the arguments of a reservation of ``queue`` (storage name), every priority."""
+    def _reservation(self, queue: str, limit: int) -> Reservation:
+        """Return the reservation of ``queue`` (storage name), every priority, highest first."""
         options = self.options
         dead_letter = options.dead_letter_queue
         sources = self.levels(queue)
         if dead_letter in sources:
             dead_letter = None
-        return {
-            "sources": [(source, dead_letter) for source in sources],
-            "limit": limit,
-            "lease_seconds": options.lease_seconds,
-            "max_deliveries": options.max_deliveries if dead_letter else None,
-        }
+        return Reservation(
+            sources=[(source, dead_letter) for source in sources],
+            limit=limit,
+            lease_seconds=options.lease_seconds,
+            max_deliveries=options.max_deliveries if dead_letter else None,
+        )
 
     def _hold(self, reserved: MultiLease) -> list[tuple[str, LeasedMessage]]:
         """Renew what a reservation took from now on; return its (token, message) pairs."""
@@ -399,7 +403,7 @@ class Transport(virtual.Transport):
                 groups.setdefault(token, []).append(message.id)
             self.release(groups, undeliver=True)  # consumer gone meanwhile: hand them back
             return
-        channel.took(queue, pairs, ahead.reservation["limit"], ahead.generation)
+        channel.took(queue, pairs, ahead.reservation.limit, ahead.generation)
         if pairs:
             self._must_poll = True
 
@@ -759,12 +763,22 @@ class Transport(virtual.Transport):
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """What a reservation of one queue asks for (``reserve_queues`` and ``celery_store``)."""
+
+    sources: list[tuple[str, str | None]]  #: (storage queue, dead-letter queue) in read order
+    limit: int
+    lease_seconds: float
+    max_deliveries: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Ahead:
     """A reservation a result's script makes for a channel (see :meth:`Transport.ahead`)."""
 
     channel: Channel
     queue: str  #: the Celery queue it is for
-    reservation: dict[str, Any]  #: keyword arguments of ``calls.celery_store``'s reservation
+    reservation: Reservation
     generation: int  #: the queue's wake-up count before the script ran
 
 
