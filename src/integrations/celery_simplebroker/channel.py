@@ -69,9 +69,17 @@ def parse_tag(tag: str) -> tuple[str, int]:
 
 def by_token(tags: Iterable[str]) -> dict[str, list[int]]:
     """Group delivery tags by reservation token."""
+    return _grouped(parse_tag(tag) for tag in tags)
+
+
+def reserved_by_token(reserved: Iterable[Buffered]) -> dict[str, list[int]]:
+    """Group reserved (token, message) pairs' IDs by reservation token."""
+    return _grouped((token, message.id) for token, message in reserved)
+
+
+def _grouped(pairs: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
-    for tag in tags:
-        token, message_id = parse_tag(tag)
+    for token, message_id in pairs:
         groups.setdefault(token, []).append(message_id)
     return groups
 
@@ -354,11 +362,8 @@ class Channel(virtual.Channel):
     def _release_buffer(self, queue: str) -> None:
         buffer = self._buffers.pop(queue, None)
         if buffer:
-            groups: dict[str, list[int]] = {}
-            for token, message in buffer:
-                groups.setdefault(token, []).append(message.id)
             # Never handed to Celery: the delivery does not count.
-            self.transport.release(groups, undeliver=True)
+            self.transport.release(reserved_by_token(buffer), undeliver=True)
 
     def close(self) -> None:
         """Cancel consumers, hand back unacknowledged and buffered messages, close."""

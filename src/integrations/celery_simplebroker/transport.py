@@ -49,7 +49,14 @@ from simplebroker_redis.priorities import levels
 from simplebroker_redis.validation import validate_message
 
 from .bindings import Binding, Bindings
-from .channel import EXPIRES_FIELD, PURGE_BATCH, PURGE_LEASE, Channel, delivery_tag
+from .channel import (
+    EXPIRES_FIELD,
+    PURGE_BATCH,
+    PURGE_LEASE,
+    Channel,
+    delivery_tag,
+    reserved_by_token,
+)
 from .options import (
     TRANSPORT_OPTIONS,
     TransportOptions,
@@ -398,10 +405,8 @@ class Transport(virtual.Transport):
         channel, queue = ahead.channel, ahead.queue
         pairs = self._hold(reserved)
         if channel.closed or queue not in channel._active_queues:
-            groups: dict[str, list[int]] = {}
-            for token, message in pairs:
-                groups.setdefault(token, []).append(message.id)
-            self.release(groups, undeliver=True)  # consumer gone meanwhile: hand them back
+            # The consumer is gone meanwhile: hand them back, never delivered.
+            self.release(reserved_by_token(pairs), undeliver=True)
             return
         channel.took(queue, pairs, ahead.reservation.limit, ahead.generation)
         if pairs:
@@ -690,21 +695,24 @@ class Transport(virtual.Transport):
         """
         if self._closed or self.wakeups.stopping:
             return
-        if self.wakeups.take(wakeups=not self._prefetch_full()):
-            self._must_poll = True
+        self._take_signals()
         # No _watch() here: consumer and mute changes set _must_poll, and the
         # alarm's reader subscribes before it polls.
         if self._should_poll():
             self._must_poll = True
             self.wakeups.ring()
 
+    def _take_signals(self) -> None:
+        """Poll again after a nudge, or a wake-up when the prefetch window has room."""
+        if self.wakeups.take(wakeups=not self._prefetch_full()):
+            self._must_poll = True
+
     def _on_alarm(self) -> None:
         """Deliver what the prefetch window has room for (the alarm rang)."""
         self.wakeups.silence()
         if self._closed or self.wakeups.stopping:
             return
-        if self.wakeups.take(wakeups=not self._prefetch_full()):
-            self._must_poll = True  # rung by another thread: no need to wait for the next turn
+        self._take_signals()  # rung by another thread: no need to wait for the next turn
         for _ in range(TICK_DELIVERIES):
             self._watch()  # subscribed before polling: no wake-up is missed
             if not self._should_poll():
