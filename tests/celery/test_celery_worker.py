@@ -229,8 +229,10 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     app, start_worker, events, redis_url, namespace
 ):
     """With a backlog, the script storing a task's result also reserves the worker's
-    next batch: no reservation round trip of its own per prefetch window (window 2
-    here: one per two tasks before). Every task runs once, in order."""
+    next batch: no reservation round trip of its own per prefetch window (window 4
+    here: one per four tasks before), and the window is refilled half of it at a
+    time (a reservation with every other result, not with each). Every task runs
+    once, in order."""
     import threading
 
     import redis
@@ -246,7 +248,7 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
             monitoring.set()
             for command in feed.listen():
                 if namespace in command["command"]:
-                    seen.append(command["command"].split()[1])  # the function's name
+                    seen.append(command["command"])
                 if stopped.is_set():
                     return
 
@@ -254,16 +256,20 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     thread = threading.Thread(target=monitor, daemon=True)
     thread.start()
     assert monitoring.wait(10)
-    start_worker("w")
+    start_worker("w", "--prefetch-multiplier", "4")
     assert [AsyncResult(i, app=app).get(timeout=60) for i in ids] == [
         f"t{i:02d}" for i in range(count)
     ]
     stopped.set()
     app.send_task("record", ("last",)).get(timeout=30)  # a command the monitor sees: it returns
     thread.join(10)
-    stores = [name for name in seen if name.endswith("celery_store")]
-    reservations = [name for name in seen if name.endswith("reserve_queues")]
+    functions = [command.split()[1] for command in seen]
+    stores = [name for name in functions if name.endswith("celery_store")]
+    reservations = [name for name in functions if name.endswith("reserve_queues")]
     assert len(stores) >= count
     assert len(reservations) <= 4, len(reservations)  # the first, and idle polls
+    # A store that reserves ends with the queue's levels (priority queues, dead letters).
+    reserving = [c for c in seen if c.split()[1].endswith("celery_store") and ".p9 " in c]
+    assert count // 2 - 4 <= len(reserving) <= count // 2 + 2, len(reserving)
     starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
     assert starts[:count] == [f"t{i:02d}" for i in range(count)]

@@ -317,9 +317,8 @@ class Channel(virtual.Channel):
         next turn), and the buffered ones.
         """
         qos = self.qos
-        prefetch = qos.prefetch_count
-        if not prefetch:
-            return self.transport.options.reserve_batch - self.buffered()
+        if not qos.prefetch_count:
+            return self.window() - self.buffered()
         settled = self.transport.settled_with_result
         held = 0
         for tag in list(qos._delivered):
@@ -328,7 +327,12 @@ class Channel(virtual.Channel):
             message = parse_tag(tag)
             if message != acked and not settled(message):
                 held += 1
-        return int(prefetch) - held - self.buffered()
+        return self.window() - held - self.buffered()
+
+    def window(self) -> int:
+        """Return how many messages the channel may hold: the prefetch count, else a batch."""
+        prefetch = self.qos.prefetch_count
+        return int(prefetch) if prefetch else self.transport.options.reserve_batch
 
     def _claim(self, queue: str) -> dict[str, Any]:
         storage, wakeups = storage_queue(queue), self.transport.wakeups
