@@ -350,6 +350,41 @@ def test_dead_letter_calls_refuse_malformed_arguments(runner):
         leases.dead_letters(["q"], limit=0)
 
 
+def test_an_ordered_reservation_refuses_bad_sources_every_time(runner, broker, raw, namespace):
+    """reserve_queues validates its sources on the client before anything changes; a
+    worker's sources are remembered once valid, and that never lets a bad call through."""
+    leases = Leases(runner)
+    ids = _fill(broker, "tasks", 2)
+    sources = [("tasks.p1", "dead"), ("tasks", "dead")]
+    before = stored(raw, namespace)
+    bad_calls: list[tuple[object, ...]] = [
+        ([], 1, None),  # no source
+        ([("tasks", None), ("tasks", None)], 1, None),  # a queue twice
+        ([("bad name!", None)], 1, None),
+        ([("tasks", "tasks")], 1, 1),  # its own dead-letter queue
+        ([("tasks", None)], 1, 2),  # max_deliveries without a dead-letter queue
+        (sources, 0, 2),  # no room
+        (sources, True, 2),
+        (sources, 1, True),  # True is not a count, though True == 1
+        (sources, 1, 0),
+    ]
+    for rounds in range(2):  # before and after the same sources were valid
+        for bad_sources, limit, max_deliveries in bad_calls:
+            with pytest.raises((ValueError, TypeError)):
+                leases.reserve_queues(
+                    bad_sources,  # type: ignore[arg-type]
+                    limit,  # type: ignore[arg-type]
+                    30,
+                    max_deliveries=max_deliveries,  # type: ignore[arg-type]
+                )
+        assert stored(raw, namespace) == before
+        if rounds == 0:
+            held = leases.reserve_queues(sources, 1, 30, max_deliveries=1)
+            assert held.messages[0].id == ids[0]
+            assert leases.ack(held.leases[0].token, delete=True).settled == 1
+            before = stored(raw, namespace)
+
+
 def test_settle_refuses_an_unknown_mode_before_anything_changes(runner, broker, raw, namespace):
     leases = Leases(runner)
     ids = _fill(broker, "tasks", 2)

@@ -12,6 +12,7 @@ argument list or read a reply of their own. Each script's header
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import uuid
@@ -631,21 +632,46 @@ def _ordered_args(
     max_deliveries: int | None,
 ) -> tuple[object, ...]:
     """Validate an ordered reservation; return its arguments (a fresh token prefix first)."""
-    if not sources:
-        raise ValueError("sources cannot be empty")
-    for queue, dead_letter in sources:
-        _check_reservation(queue, limit, "", max_deliveries, dead_letter)
-    if len({queue for queue, _ in sources}) != len(sources):
-        raise ValueError("a queue is listed twice")
-    args: list[object] = [
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+    return (
         new_token(),
         limit,
         lease_microseconds(lease_seconds),
         max_deliveries or 0,
-    ]
+        *_source_args(sources, max_deliveries),
+    )
+
+
+#: Sources of ordered reservations already validated, with their arguments. A
+#: worker reserves from the same queues (every priority level) again and again.
+_VALID_SOURCES: dict[tuple[object, ...], tuple[str, ...]] = {}
+
+
+def _source_args(
+    sources: Sequence[tuple[str, str | None]], max_deliveries: int | None
+) -> tuple[str, ...]:
+    """Validate an ordered reservation's (queue, dead-letter queue) pairs; return them flat."""
+    # The type is part of the key: True == 1, but True is no max_deliveries.
+    key = (type(max_deliveries), max_deliveries, *sources)
+    try:
+        found = _VALID_SOURCES.get(key)
+    except TypeError:  # an unhashable source: the checks below refuse it
+        found = None
+    if found is not None:
+        return found
+    if not sources:
+        raise ValueError("sources cannot be empty")
     for queue, dead_letter in sources:
-        args += (queue, dead_letter or "")
-    return tuple(args)
+        _check_reservation(queue, 1, "", max_deliveries, dead_letter)
+    if len({queue for queue, _ in sources}) != len(sources):
+        raise ValueError("a queue is listed twice")
+    args = tuple(arg for queue, dead_letter in sources for arg in (queue, dead_letter or ""))
+    if len(_VALID_SOURCES) >= 256:
+        _VALID_SOURCES.clear()
+    with contextlib.suppress(TypeError):  # unhashable: valid, but not remembered
+        _VALID_SOURCES[key] = args
+    return args
 
 
 def _multi_lease(raw: Any) -> MultiLease:
