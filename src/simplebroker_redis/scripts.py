@@ -135,6 +135,8 @@ def prelude(*, library: bool = False) -> str:
         "local KEYS, ARGV" if library else "local KEYS, ARGV = KEYS, ARGV",
         f"local {', '.join(names)}",
         "local WAKE_PREFIX, KEY_PREFIX_LEN",
+        "-- Keys whose type this call has verified (guard.lua: check_keys, verified).",
+        "local VERIFIED = {}",
         f"local FIXED_KEYS = {len(names)}",
         f"local MAGIC = '{MAGIC}'",
         f"local SCHEMA = '{SCHEMA_VERSION}'",
@@ -146,7 +148,7 @@ def prelude(*, library: bool = False) -> str:
         "",
         "-- Name this call's keys and wake prefix.",
         "local function bind(keys, args)",
-        "  KEYS, ARGV = keys, args",
+        "  KEYS, ARGV, VERIFIED = keys, args, {}",
     ]
     for start in range(0, len(names), 4):
         chunk = names[start : start + 4]

@@ -451,6 +451,10 @@ def _key_operations(core: RedisBrokerCore, leases: Leases) -> dict[str, Callable
             leases.reserve("q", 1, 30, max_deliveries=1, dead_letter="q.dead")
         ),
         "dead-letter": lambda: [leases.release(lease.token) for lease in held],
+        "reserve queues": lambda: [
+            leases.release(lease.token)
+            for lease in leases.reserve_queues([("q", None), ("q2", None)], 2, 30).leases
+        ],
         "journal": lambda: leases.dead_letters(["q"]),
         "journal ack": lambda: leases.dead_letter_ack("1-0"),
         "schedule add": lambda: core.runner.execute(
@@ -503,3 +507,56 @@ def test_wrong_typed_key_is_a_clear_error_and_changes_nothing(redis_url, raw, sh
             for stale in raw.scan_iter(match=core.runner.keys.scan_pattern):
                 raw.delete(stale)
             core.shutdown()
+
+
+@pytest.mark.parametrize(
+    "short", [key.rsplit(":", 1)[1] for key in Keyspace.for_namespace("x").fixed_keys]
+)
+def test_a_result_with_the_next_reservation_refuses_a_wrong_typed_key(redis_url, raw, short):
+    """celery_store.lua, with an acknowledgement and the next reservation, reads or
+    type-checks every key it writes before its first write (a key read once is not
+    checked again): a damaged key is reported and nothing changes."""
+    namespace = f"wt-{uuid.uuid4().hex[:10]}"
+    core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace), owns_runner=True)
+    try:
+        leases = Leases(core.runner)
+        for body in ("a", "b", "c"):
+            core.write("q", body)
+        lease = leases.reserve("q", 1, 30)
+        key = f"{Keyspace.for_namespace(namespace).prefix}{short}"
+        raw.delete(key)
+        raw.set(key, "planted by hand")
+        before = snapshot(raw, namespace)
+        call = calls.celery_store(
+            core.runner.keys,
+            "celery-task-meta-t",
+            '{"status": "SUCCESS"}',
+            None,
+            None,
+            guard=True,
+            ack=(lease.token, lease.messages[0].id),
+            reserve_from=[("q", None), ("q2", None)],
+            reserve_limit=2,
+            lease_seconds=30,
+        )
+        try:
+            stored = core.runner.run(call)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            assert _reports_damage(exc, short), f"{type(exc).__name__}: {exc}"
+            assert snapshot(raw, namespace) == before
+        else:
+            # Only a key this script never touches can be damaged without it noticing:
+            # meta (the result backend's scripts do not read it), delayed (nothing due),
+            # claimed (an acknowledgement deletes) and what reservations never use.
+            untouched = {
+                *("meta", "delayed", "claimed", "aliases", "dead_letters"),
+                *("schedule_runs", "schedule_claims", "schedules"),
+            }
+            assert short in untouched
+            assert stored.settlement.settled == 1
+            assert stored.reserved is not None and len(stored.reserved.messages) == 2
+        assert raw.get(key) == "planted by hand"
+    finally:
+        for stale in raw.scan_iter(match=core.runner.keys.scan_pattern):
+            raw.delete(stale)
+        core.shutdown()

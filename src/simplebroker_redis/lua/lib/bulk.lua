@@ -49,6 +49,7 @@ local function bodies_of(members)
       bodies[i + j - 1] = got[j]
     end
   end
+  if #ids > 0 then verified(K_BODIES) end
   return ids, bodies
 end
 
@@ -88,6 +89,7 @@ local function hmget_all(key, fields)
     local got = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
     for j = 1, #got do out[#out + 1] = got[j] end
   end
+  if #fields > 0 then verified(key) end
   return out
 end
 
@@ -98,5 +100,6 @@ local function zmscore_all(key, members)
     local got = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
     for j = 1, #got do out[#out + 1] = got[j] end
   end
+  if #members > 0 then verified(key) end
   return out
 end

@@ -7,17 +7,28 @@
 -- never leaves a partial change. A key of the wrong type is refused by the
 -- first command that touches it: a read before any write, the script's
 -- first write itself, or check_keys() for a key written without being read.
+-- A key this call already read with a command of its type (verified()) or
+-- checked needs no TYPE of its own: a wrong type would have failed there.
 
 local function fail(code, detail)
   error({err = 'SBR_' .. code .. ' ' .. (detail or '')})
 end
 
--- Reject keys of the wrong type (one TYPE each).
+-- Record that `key` holds its own type or nothing: call after a read of it
+-- that only that type (or a missing key) answers has succeeded.
+local function verified(key)
+  VERIFIED[key] = true
+end
+
+-- Reject keys of the wrong type (one TYPE each, none for a verified key).
 local function check_keys(list)
   for _, key in ipairs(list) do
-    local kind = redis.call('TYPE', key)['ok']
-    if kind ~= 'none' and kind ~= key_type(key) then
-      fail('WRONGTYPE', key .. ' holds a ' .. kind .. ', expected a ' .. key_type(key))
+    if not VERIFIED[key] then
+      local kind = redis.call('TYPE', key)['ok']
+      if kind ~= 'none' and kind ~= key_type(key) then
+        fail('WRONGTYPE', key .. ' holds a ' .. kind .. ', expected a ' .. key_type(key))
+      end
+      VERIFIED[key] = true
     end
   end
 end

@@ -30,7 +30,9 @@ end
 
 -- How many IDs the token links (reads token_ids before any write).
 local function token_links(token)
-  return redis.call('ZLEXCOUNT', K_TOKEN_IDS, token_lo(token), token_hi(token))
+  local count = redis.call('ZLEXCOUNT', K_TOKEN_IDS, token_lo(token), token_hi(token))
+  verified(K_TOKEN_IDS)
+  return count
 end
 
 local function drop_token(token)
@@ -52,6 +54,7 @@ end
 -- Read and decode a token's record; nil when the token does not exist.
 local function read_record(token)
   local raw = redis.call('HGET', K_TOKENS, token)
+  verified(K_TOKENS)
   if not raw then return nil end
   return decode_record(token, raw)
 end
@@ -335,6 +338,7 @@ end
 local function recover_expired(now, queue, max_tokens, lenient)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
     'BYSCORE', 'LIMIT', 0, max_tokens)
+  verified(K_LEASES)
   local released, recovered = 0, 0
   if #tokens > 0 then check_reservation_keys() end
   for _, token in ipairs(tokens) do
