@@ -39,7 +39,18 @@ if ahead and (token == '' or not limit or limit < 1 or not lease or (#ARGV - 11)
     or #ARGV < 13) then
   fail('ARG', 'a reservation needs an acknowledgement, a limit, a lease and queue pairs')
 end
-check_kind(entry, 'string')
+-- The guard's read of the entry also refuses a wrong-typed entry (then
+-- check_kind names it); without the guard, one TYPE does.
+local current = false
+if guard == '1' then
+  current = redis.pcall('GET', entry)
+  if type(current) == 'table' then
+    check_kind(entry, 'string')
+    error(current)
+  end
+else
+  check_kind(entry, 'string')
+end
 -- A reservation starts with upkeep (expired reservations back, due messages
 -- pending), before any plan below reads what it may change.
 local head = nil
@@ -52,7 +63,6 @@ if ahead then
 end
 local stored = 1
 if guard == '1' then
-  local current = redis.call('GET', entry)
   if current then
     local readable, meta = pcall(cjson.decode, current)
     if not readable or type(meta) ~= 'table' then return {-1, 0, 0} end  -- reserves nothing
