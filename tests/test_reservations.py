@@ -365,7 +365,6 @@ def test_an_ordered_reservation_refuses_bad_sources_every_time(runner, broker, r
         ([("tasks", None)], 1, 2),  # max_deliveries without a dead-letter queue
         (sources, 0, 2),  # no room
         (sources, True, 2),
-        (sources, 1, True),  # True is not a count, though True == 1
         (sources, 1, 0),
     ]
     for rounds in range(2):  # before and after the same sources were valid
@@ -377,6 +376,9 @@ def test_an_ordered_reservation_refuses_bad_sources_every_time(runner, broker, r
                     30,
                     max_deliveries=max_deliveries,  # type: ignore[arg-type]
                 )
+        # True is not a count, though True == 1 (and hashes alike).
+        with pytest.raises(TypeError, match="max_deliveries must be an integer"):
+            leases.reserve_queues(sources, 1, 30, max_deliveries=True)
         assert stored(raw, namespace) == before
         if rounds == 0:
             held = leases.reserve_queues(sources, 1, 30, max_deliveries=1)
