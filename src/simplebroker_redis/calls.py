@@ -518,12 +518,16 @@ def vacuum(batch: int) -> Call[tuple[int, int]]:
 
 
 # -- reservations ----------------------------------------------------------------------
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+
+
 def _check_reservation(
     queue: str, limit: int, target: str, max_deliveries: int | None, dead_letter: str | None
 ) -> None:
     validate_queue_name(queue)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError("limit must be an integer >= 1")
+    _check_limit(limit)
     if target:
         validate_queue_name(target)
     if max_deliveries is not None:
@@ -632,8 +636,7 @@ def _ordered_args(
     max_deliveries: int | None,
 ) -> tuple[object, ...]:
     """Validate an ordered reservation; return its arguments (a fresh token prefix first)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError("limit must be an integer >= 1")
+    _check_limit(limit)
     return (
         new_token(),
         limit,
@@ -786,8 +789,7 @@ def dead_letters(
     names = [validate_queue_name(queue) for queue in queues]
     if not names:
         raise ValueError("queues cannot be empty")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError("limit must be an integer >= 1")
+    _check_limit(limit)
     cursor = _entry_id(after)
 
     def parse(raw: Any) -> DeadLetterPage:
