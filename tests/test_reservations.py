@@ -9,7 +9,15 @@ import pytest
 from simplebroker.ext import DataError, OperationalError
 
 from helpers import stored
-from simplebroker_redis import Leases, RedisRunner, ReservationConflict, ReservationLost, calls
+from simplebroker_redis import (
+    Leases,
+    RedisRunner,
+    ReplicationTimeout,
+    ReservationConflict,
+    ReservationLost,
+    calls,
+)
+from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 
@@ -424,3 +432,42 @@ def test_a_reused_token_is_a_retryable_error(runner, broker):
         runner.run(Call(list, "reserve", tuple(args)))
     assert caught.value.retryable
     assert broker.get_queue_stat("tasks").pending == 2
+
+
+#: More replicas than any test topology has: every WAIT comes back short.
+UNMET = {"wait_replicas": 5, "wait_timeout": 0.05}
+
+
+def test_an_unconfirmed_reservation_still_names_what_it_reserved(
+    runner, broker, redis_url, namespace
+):
+    """ReplicationTimeout: the reservation happened; ``result`` is its lease, to hand back."""
+    ids = _fill(broker, "jobs", 2)
+    durable = RedisRunner(redis_url, namespace=namespace, **UNMET)  # type: ignore[arg-type]
+    with pytest.raises(ReplicationTimeout, match="happened.*of 5 replicas") as info:
+        Leases(durable).reserve("jobs", 10, 30.0)
+    durable.shutdown()
+    lease, leases = info.value.result, Leases(runner)
+    assert isinstance(lease, calls.Lease) and lease.ids == tuple(ids)
+    assert [leases.deliveries(i) for i in ids] == [1, 1]
+    assert broker.claim_one("jobs") is None  # held by that token
+    assert leases.release(lease.token, undeliver=True) == 2
+    assert [leases.deliveries(i) for i in ids] == [0, 0]
+    assert broker.claim_one("jobs") == ("m0", ids[0])
+
+
+async def test_an_unconfirmed_async_call_carries_its_parsed_result(
+    runner, broker, redis_url, namespace
+):
+    ids = _fill(broker, "a", 1) + _fill(broker, "b", 1)
+    durable = AsyncRedisRunner(redis_url, namespace=namespace, **UNMET)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(ReplicationTimeout) as info:
+            await AsyncLeases(durable).reserve_queues([("a", None), ("b", None)], 5, 30.0)
+    finally:
+        await durable.aclose()
+    reserved = info.value.result
+    assert isinstance(reserved, calls.MultiLease)
+    assert [message.id for message in reserved.messages] == ids
+    leases = Leases(runner)
+    assert sum(leases.release(lease.token) for lease in reserved.leases) == 2

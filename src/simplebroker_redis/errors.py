@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import redis.exceptions as rx
 from simplebroker.ext import (
@@ -89,9 +89,18 @@ class ReplicationTimeout(OperationalError):
     primary and may well be kept; but a failover before it reaches a replica
     loses it. Not retryable: repeating a write that happened would apply it
     twice. Read the state back (after a failover if one follows) to decide.
+
+    ``result`` is the operation's parsed reply (what it did on the primary),
+    or None when there is none to give: a reservation's caller learns which
+    messages it reserved, so it can hand them back rather than strand them
+    until their lease expires.
     """
 
     retryable = False
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class WrongType(DataError):

@@ -201,8 +201,11 @@ class RunnerBase:
                 pipe.execute_command("WAITAOF", 1, self.options.wait_replicas, timeout_ms)
         return 1 if ask else 0
 
-    def _settled(self, replies: Sequence[Any], index: int) -> Any:
-        """Return the operation's reply from a pipeline; raise its error or a short WAIT."""
+    def _settled(self, replies: Sequence[Any], index: int, parse: Callable[[Any], R]) -> R:
+        """Return the operation's parsed reply from a pipeline; raise its error or a short WAIT.
+
+        A short WAIT's ``ReplicationTimeout`` carries the parsed reply (it happened).
+        """
         reply = replies[index]
         if isinstance(reply, Exception):
             raise reply
@@ -228,9 +231,10 @@ class RunnerBase:
         if problem is not None:
             raise ReplicationTimeout(
                 f"the write to {self.where} happened, but within wait_timeout="
-                f"{self.options.wait_timeout:g} s {problem}: it may not survive a failover"
+                f"{self.options.wait_timeout:g} s {problem}: it may not survive a failover",
+                result=parse(reply),
             )
-        return reply
+        return parse(reply)
 
     def _aof_problem(self, version: tuple[int, ...]) -> OperationalError | None:
         """Return the error when the server's version has no WAITAOF (before 7.2)."""
@@ -527,7 +531,7 @@ class RedisRunner(RunnerBase):
                     return call.parse(operation(client))
                 pipe = client.pipeline(transaction=False)
                 index = self._pipelined(pipe, operation, call, attempt.ask is not None)
-                return call.parse(self._settled(pipe.execute(raise_on_error=False), index))
+                return self._settled(pipe.execute(raise_on_error=False), index, call.parse)
             if attempt.pause:
                 time.sleep(attempt.pause)
             if attempt.remedy is not None:

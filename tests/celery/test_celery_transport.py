@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
@@ -303,6 +304,29 @@ def test_durability_options_are_passed_to_the_transport(redis_url, options, core
         with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
             Producer(conn.default_channel).publish({"n": 1}, routing_key="durable", retry=False)
     assert len(core.peek_many(storage_queue("durable"), 10)) == 1  # written, not confirmed
+
+
+def test_an_unreplicated_reservation_is_handed_back_uncounted(redis_url, options, conn, core):
+    """A reservation that raised ``ReplicationTimeout`` goes back at once, its delivery not counted.
+
+    Stranded until its lease expired, each try would count a delivery, and
+    with ``max_deliveries`` send the oldest messages to the dead-letter queue
+    without running.
+    """
+    from simplebroker_redis import Leases, ReplicationTimeout
+
+    publish(conn, "durable", {"n": 1})
+    [(_, message_id)] = core.peek_many(storage_queue("durable"), 10)
+    durable = {**options, "wait_replicas": 5, "wait_timeout": 0.05}
+    with Connection(f"simplebroker+{redis_url}", transport_options=durable) as unconfirmed:
+        for _ in range(3):
+            with pytest.raises(ReplicationTimeout, match="happened.*0 of 5 replicas"):
+                unconfirmed.default_channel.basic_get("durable")
+    assert Leases(core.runner).deliveries(message_id) == 0
+    assert core.peek_many(storage_queue("durable"), 10) == [(ANY, message_id)]
+    message = conn.default_channel.basic_get("durable")  # still there, first delivery
+    assert message is not None and message.payload == {"n": 1}
+    message.ack()
 
 
 def test_priorities_are_separate_queues_read_highest_first(conn, core):

@@ -387,6 +387,34 @@ async def test_a_last_delivery_stopped_at_shutdown_gets_a_dead_letter_result(
     assert "after 2 deliveries" in str(result.error)
 
 
+async def test_an_unreplicated_reservation_is_handed_back_uncounted(
+    client, redis_url, namespace, raw, caplog
+):
+    """``wait_replicas`` unmet: each reservation raises ``ReplicationTimeout`` after it happened.
+
+    Its tasks go back at once, their delivery not counted; stranded until
+    their lease expired they would count one each time, and with
+    ``max_deliveries=1`` go to the dead-letter queue without ever running.
+    """
+    await kiq(client, "add", 1, 1)
+    [(_, task_id)] = broker_ids(redis_url, namespace)
+    worker = make_broker(redis_url, namespace, max_deliveries=1, wait_replicas=5, wait_timeout=0.05)
+    listener = worker.listen()
+    taking = asyncio.ensure_future(take(listener, 30.0))
+    await eventually(lambda: "replicas acknowledged it" in caplog.text, timeout=10)
+    taking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    await listener.aclose()
+    await worker.shutdown()
+    runner = RedisRunner(redis_url, namespace=namespace)
+    assert Leases(runner).deliveries(task_id) == 0
+    assert raw.zcard(f"sb:{{{namespace}}}:reserved") == 0
+    assert [i for _, i in broker_ids(redis_url, namespace)] == [task_id]  # pending, not dead
+    assert raw.xlen(runner.keys.dead_letters) == 0
+    runner.shutdown()
+
+
 def broker_ids(redis_url: str, namespace: str) -> list[tuple[str, int]]:
     core = RedisBrokerCore(RedisRunner(redis_url, namespace=namespace))
     return core.peek_many("taskiq", 100)

@@ -39,7 +39,7 @@ from celery.result import GroupResult, allow_join_result
 from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import RedisBrokerCore, calls
+from simplebroker_redis import RedisBrokerCore, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
@@ -248,7 +248,17 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         key, value = self.get_key_for_task(task_id), self.encode(meta)
         holder = self._holder(request) if state == states.SUCCESS else None
         ahead = None if holder is None else holder[0].ahead(holder[1])
-        outcome = self._store(key, value, guard=True, ack=holder and holder[1], ahead=ahead)
+        try:
+            outcome = self._store(key, value, guard=True, ack=holder and holder[1], ahead=ahead)
+        except ReplicationTimeout as exc:
+            # Stored, acknowledged and reserved on the primary, but no
+            # replica confirmed it: the acknowledgement is recorded, and the
+            # messages reserved ahead are handed back rather than delivered.
+            done = exc.result
+            if holder is not None and isinstance(done, calls.CeleryStored) and done.stored >= 0:
+                holder[0].acked_with_result(*holder[1], done.settlement)
+                holder[0].hand_back_unconfirmed(done.reserved)
+            raise
         if holder is not None and outcome.stored >= 0:
             holder[0].acked_with_result(*holder[1], outcome.settlement)
             if ahead is not None and outcome.reserved is not None:

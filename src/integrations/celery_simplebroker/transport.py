@@ -42,7 +42,13 @@ from kombu.transport import virtual
 from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import LeasedMessage, Leases, RedisBrokerCore, Settlement
+from simplebroker_redis import (
+    LeasedMessage,
+    Leases,
+    RedisBrokerCore,
+    ReplicationTimeout,
+    Settlement,
+)
 from simplebroker_redis.calls import MultiLease
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels
@@ -333,10 +339,39 @@ class Transport(virtual.Transport):
         (token, message) pairs in delivery order.
         """
         plan = self._reservation(queue, limit)
-        reserved = self.leases.reserve_queues(
-            plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
-        )
+        try:
+            reserved = self.leases.reserve_queues(
+                plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
+            )
+        except ReplicationTimeout as exc:
+            self.hand_back_unconfirmed(exc.result)
+            raise
         return self._hold(reserved)
+
+    def hand_back_unconfirmed(self, reserved: object) -> None:
+        """Hand back a reservation that raised ``ReplicationTimeout``, its delivery not counted.
+
+        It happened on the primary, but a failover could still lose it and let
+        another worker run its tasks while this one does; stranding them until
+        their lease expired would count a delivery each time (and send the
+        oldest messages, reserved first, to the dead-letter queue after a few
+        failovers without running).
+        """
+        if not isinstance(reserved, MultiLease):
+            return
+        for lease in reserved.leases:
+            if not lease.messages:
+                continue
+            try:
+                self.leases.release(lease.token, lease.ids, undeliver=True)
+            except ReplicationTimeout:
+                pass  # done on the primary as well
+            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
+                logger.warning(
+                    "could not hand back %d message(s) (%s); they return when their lease expires",
+                    len(lease.messages),
+                    exc,
+                )
 
     def _reservation(self, queue: str, limit: int) -> Reservation:
         """Return the reservation of ``queue`` (storage name), every priority, highest first."""
@@ -577,6 +612,8 @@ class Transport(virtual.Transport):
                 self.holdings.settle(token, len(id_list) - unheld)
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
+            except ReplicationTimeout:
+                pass  # done on the primary, not confirmed by a replica yet
             except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
                 logger.warning(
                     "could not hand back %d message(s) (%s); they return when their lease expires",

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from taskiq.acks import AckableMessage
 
+from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncActivity
 from simplebroker_redis.leases import Lease, LeasedMessage, MultiLease
 
@@ -206,27 +207,24 @@ class TaskListener:
     async def _reserve_batch(
         self, limit: int
     ) -> tuple[Lease | MultiLease, list[Held], LeasedMessage | None]:
-        """Reserve; keep only a message on its last delivery when there is one."""
-        leases = self.runtime.leases
-        if len(self.sources) == 1:
-            [(queue, dead)] = self.sources
-            reserved: Lease | MultiLease = await leases.reserve(
-                queue,
-                limit,
-                self.lease_seconds,
-                max_deliveries=self.max_deliveries,
-                dead_letter=dead if self.max_deliveries else None,
-            )
-            parts: tuple[Lease, ...] = (reserved,) if isinstance(reserved, Lease) else ()
-        else:
-            reserved = await leases.reserve_queues(
-                [(queue, dead if self.max_deliveries else None) for queue, dead in self.sources],
-                limit,
-                self.lease_seconds,
-                max_deliveries=self.max_deliveries,
-            )
-            parts = reserved.leases if isinstance(reserved, MultiLease) else ()
+        """Reserve; keep only a message on its last delivery when there is one.
+
+        A reservation that raised ``ReplicationTimeout`` (``wait_replicas``)
+        happened on the primary, but a failover could still lose it and let
+        another worker run its tasks while this one does. Its tasks are
+        handed back, their delivery not counted, and the listener tries again
+        after its backoff. Stranding them until their lease expired would
+        count a delivery each time: the oldest tasks, reserved first, would
+        go to the dead-letter queue after a few failovers without running.
+        """
+        try:
+            reserved = await self._reservation(limit)
+        except ReplicationTimeout as exc:
+            if isinstance(exc.result, Lease | MultiLease):
+                await self.runtime.hand_back(_batches(exc.result), undeliver=True)
+            raise
         dead_of = dict(self.sources)
+        parts = reserved.leases if isinstance(reserved, MultiLease) else (reserved,)
         held = [
             (lease.token, message, dead_of[lease.queue])
             for lease in parts
@@ -241,6 +239,24 @@ class TaskListener:
             await self.runtime.hand_back(others.items(), undeliver=True)
             held = [item for item in held if item[1] is last]
         return reserved, held, last
+
+    async def _reservation(self, limit: int) -> Lease | MultiLease:
+        leases = self.runtime.leases
+        if len(self.sources) == 1:
+            [(queue, dead)] = self.sources
+            return await leases.reserve(
+                queue,
+                limit,
+                self.lease_seconds,
+                max_deliveries=self.max_deliveries,
+                dead_letter=dead if self.max_deliveries else None,
+            )
+        return await leases.reserve_queues(
+            [(queue, dead if self.max_deliveries else None) for queue, dead in self.sources],
+            limit,
+            self.lease_seconds,
+            max_deliveries=self.max_deliveries,
+        )
 
     def _last_delivery(self, messages: Messages) -> LeasedMessage | None:
         """Return a redelivered message on its last allowed delivery, if any.
@@ -319,3 +335,9 @@ class TaskListener:
         if self._failing:
             logger.info("listening on %s again", self.queue)
         self._failing = False
+
+
+def _batches(reserved: Lease | MultiLease) -> list[tuple[str, list[int]]]:
+    """Return a reservation's (token, IDs) pairs, for ``Runtime.hand_back``."""
+    leases = reserved.leases if isinstance(reserved, MultiLease) else (reserved,)
+    return [(lease.token, list(lease.ids)) for lease in leases if lease.messages]

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 
@@ -241,6 +242,8 @@ class Runtime:
             self.holdings.settle(token, len(ids))
             try:
                 released += await self.leases.release(token, ids, undeliver=undeliver)
+            except ReplicationTimeout as exc:  # done on the primary, not on a replica yet
+                released += exc.result or 0
             except Exception as exc:  # noqa: BLE001 - the lease expires instead
                 logger.warning(
                     "could not hand back %d task(s), they return after their lease: %s",

@@ -84,7 +84,7 @@ class AsyncRedisRunner(RunnerBase):
                 pipe = client.pipeline(transaction=False)
                 index = self._pipelined(pipe, operation, call, attempt.ask is not None)
                 replies = await pipe.execute(raise_on_error=False)
-                return call.parse(self._settled(replies, index))
+                return self._settled(replies, index, call.parse)
             if attempt.pause:
                 await asyncio.sleep(attempt.pause)
             if attempt.remedy is not None:
