@@ -73,6 +73,27 @@ async def test_a_lost_lease_keeps_the_result_and_the_newer_reservation(
     assert raw.hget(f"sb:{{{namespace}}}:owners", f"{lease.ids[0]:019d}") == newer.token
 
 
+async def test_an_unconfirmed_commit_is_saved_and_reported_as_unconfirmed(
+    arunner, raw, namespace, redis_url, caplog
+):
+    """``ReplicationTimeout`` on every try: saved and acknowledged, and the log says so."""
+    lease = await reserve(arunner, "tasks", ["a"])
+    durable = AsyncRedisRunner(redis_url, namespace=namespace, wait_replicas=5, wait_timeout=0.05)
+    committer = Committer(durable, retry_seconds=0.4)
+    key = arunner.keys.result_key("unconfirmed")
+    try:
+        with caplog.at_level(logging.WARNING, logger="taskiq_simplebroker"):
+            await committer.submit([ResultWrite(key, "done", None)], lease.token, lease.ids[0])
+    finally:
+        await durable.aclose()
+    assert raw.get(key) == "done"
+    assert raw.hlen(f"sb:{{{namespace}}}:bodies") == 0  # acknowledged: gone
+    assert "saving results failed, retrying" in caplog.text  # the repeats wait for replicas
+    assert "acknowledged 1 task(s) on the primary, but no replica confirmed it" in caplog.text
+    assert "after their lease was lost" not in caplog.text
+    assert "gave up" not in caplog.text
+
+
 async def test_an_invalid_commit_is_refused_before_anything_is_written(arunner, raw):
     lease = await reserve(arunner, "tasks", ["a"])
     key = arunner.keys.result_key("never")

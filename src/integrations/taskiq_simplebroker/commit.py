@@ -12,7 +12,10 @@ round trip, and one command, per task on results and acknowledgements.
 A batch is safe to send again: ``SET`` is idempotent, and a settlement only
 touches IDs the token still holds (a repeat reports them lost). Transient
 failures (server restarting, socket timeouts) are retried with exponential
-backoff; the heartbeat keeps the leases alive meanwhile.
+backoff; the heartbeat keeps the leases alive meanwhile. A try that
+happened but that too few replicas confirmed (``ReplicationTimeout``) is
+repeated too, until a replica confirms it; its own reply, not the
+repeat's, says which acknowledgements came too late.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from simplebroker_redis import calls
+from simplebroker_redis import ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
@@ -146,28 +149,46 @@ class Committer:
         call = _commit_call(writes, settles)
         deadline = time.monotonic() + self._retry_seconds
         delay = BACKOFF_MIN
+        # The reply of a try that happened but that too few replicas
+        # confirmed (ReplicationTimeout): repeats only wait for replicas,
+        # and find its messages settled already (lost, to them).
+        happened: list[calls.Settlement] | None = None
         while True:
             try:
                 reply = await self._runner.run(call)
             except Exception as exc:
+                if isinstance(exc, ReplicationTimeout) and happened is None:
+                    happened = exc.result
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    logger.error(
-                        "gave up saving %d result(s) and acknowledging %d task(s): %s",
-                        len(writes),
-                        sum(len(ids) for ids in settles.values()),
-                        exc,
-                    )
+                    self._gave_up(writes, settles, exc, happened is not None)
                     return
                 logger.warning("saving results failed, retrying in %.1f s: %s", delay, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
-            lost = sum(settlement.lost for settlement in reply)
+            lost = sum(settlement.lost for settlement in happened or reply)
             if lost > 0:
                 logger.warning(
                     "%d task(s) finished after their lease was lost; they may run again", lost
                 )
             return
+
+    def _gave_up(
+        self, writes: list[ResultWrite], settles: Settles, exc: Exception, happened: bool
+    ) -> None:
+        count = (len(writes), sum(len(ids) for ids in settles.values()))
+        if happened:
+            logger.error(
+                "saved %d result(s) and acknowledged %d task(s) on the primary, but no "
+                "replica confirmed it within %g s: a failover may lose them (%s)",
+                *count,
+                self._retry_seconds,
+                exc,
+            )
+        else:
+            logger.error(
+                "gave up saving %d result(s) and acknowledging %d task(s): %s", *count, exc
+            )
 
 
 def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[list[calls.Settlement]]:
