@@ -14,6 +14,7 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 from tqhelpers import claims, events, eventually, scheduled
 
 from simplebroker_redis import RedisRunner
+from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from taskiq_simplebroker import (
     ConfigurationError,
@@ -162,6 +163,24 @@ async def test_a_run_claimed_by_a_scheduler_that_died_is_sent_by_another(
         await first.post_send(retry)
     assert [s.args[0] for s in await second.get_schedules()] == ["cron"]
     assert raw.hlen(f"sb:{{{namespace}}}:schedule_claims") == 0
+
+
+async def test_an_unreplicated_claim_is_still_sent_at_once(redis_url, namespace, raw):
+    """``ReplicationTimeout`` on the claim: it happened, so the run is sent now, once."""
+    runner = AsyncRedisRunner(redis_url, namespace=namespace, wait_replicas=5, wait_timeout=0.05)
+    durable = SimpleBrokerScheduleSource(runner=runner)
+    other = SimpleBrokerScheduleSource(redis_url, namespace=namespace)
+    try:
+        once = scheduled("once", time=datetime.now(UTC))
+        await other.add_schedule(once)
+        assert await claims(durable, once)
+        assert not await claims(other, once)
+        await durable.post_send(once)  # confirmed on the primary: no error
+        assert raw.hlen(f"sb:{{{namespace}}}:schedule_claims") == 0
+        assert await other.get_schedules() == []  # no lost run to send again
+    finally:
+        await other.shutdown()
+        await runner.aclose()
 
 
 async def _lost(source, pick):

@@ -35,7 +35,7 @@ from taskiq.cli.scheduler.run import CronValueError, is_cron_task_now
 from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 
-from simplebroker_redis import calls
+from simplebroker_redis import ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.calls import LostRun, ScheduleKind
 
@@ -268,6 +268,10 @@ class SimpleBrokerScheduleSource(ScheduleSource):
             claimed = await self.runner.run(
                 calls.schedule_claim(schedule_id, kind, run, self.claim_seconds)
             )
+        except ReplicationTimeout as exc:
+            # The claim happened on the primary; skipping the send would only
+            # delay the run by claim_seconds (sent then as a lost run).
+            claimed = exc.result
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -283,7 +287,12 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         claim = self._claims.pop(task.schedule_id, None)
         if claim is not None:
             self._lost.pop(task.schedule_id, None)
-            await self.runner.run(calls.schedule_sent(claim.schedule_id, claim.run))
+            try:
+                await self.runner.run(calls.schedule_sent(claim.schedule_id, claim.run))
+            except ReplicationTimeout as exc:  # confirmed on the primary
+                logger.debug(
+                    "run of schedule %s confirmed, unreplicated: %s", task.schedule_id, exc
+                )
 
     @staticmethod
     def _due_run(task: ScheduledTask) -> tuple[ScheduleKind, str | int]:
