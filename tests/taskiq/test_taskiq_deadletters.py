@@ -10,7 +10,7 @@ from taskiq.result_backends.dummy import DummyResultBackend
 from tqhelpers import kiq
 
 from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
-from simplebroker_redis.aio import AsyncLeases
+from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from taskiq_simplebroker import DeadLetteredError, SimpleBrokerResultBackend
 from taskiq_simplebroker.deadletters import report_dead_letter
 
@@ -80,4 +80,29 @@ async def test_reports_without_a_result(client, redis_url, namespace, broker, ca
     else:
         assert f"message {entry.id} of queue taskiq" in line and "it is gone" in line
     assert not await client.result_backend.is_result_ready(task.task_id)
+    assert (await AsyncLeases(client.runner).dead_letters(["taskiq"])).entries == ()
+
+
+async def test_an_unreplicated_acknowledgement_is_still_reported(
+    client, redis_url, namespace, caplog
+):
+    """``ReplicationTimeout`` on the journal's acknowledgement: it happened, so this one reports."""
+    task, entry = await _dead_letter(client, redis_url, namespace)
+    durable = AsyncRedisRunner(redis_url, namespace=namespace, wait_replicas=5, wait_timeout=0.05)
+    caplog.set_level(logging.WARNING, "taskiq_simplebroker")
+    try:
+        await report_dead_letter(
+            entry,
+            runner=durable,
+            formatter=client.formatter,
+            backend=client.result_backend,
+            where="here",
+            max_deliveries=1,
+        )
+    finally:
+        await durable.aclose()
+    [line] = _reports(caplog)
+    assert task.task_id in line and "its result is an error saying so" in line
+    result = await client.result_backend.get_result(task.task_id)
+    assert isinstance(result.error, DeadLetteredError)
     assert (await AsyncLeases(client.runner).dead_letters(["taskiq"])).entries == ()

@@ -29,6 +29,7 @@ from taskiq import AsyncResultBackend, TaskiqMessage, TaskiqResult
 from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.result_backends.dummy import DummyResultBackend
 
+from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncActivity, AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.aio.tasks import stop_task
 from simplebroker_redis.calls import JOURNAL_START, DeadLetterEntry, ValueWrite
@@ -159,7 +160,12 @@ async def report_dead_letter(
             is_err=True, return_value=None, execution_time=0.0, labels=message.labels, error=error
         )
         value = _atomic_write(backend, runner, message.task_id, result)
-    ack = await AsyncLeases(runner).dead_letter_ack(entry.entry, value)
+    try:
+        ack = await AsyncLeases(runner).dead_letter_ack(entry.entry, value)
+    except ReplicationTimeout as exc:
+        # Acknowledged on the primary: a repeat would find it taken and
+        # nobody would report it.
+        ack = exc.result
     if not ack.acked:
         return  # another worker reported it
     if message is None or result is None:
