@@ -122,6 +122,35 @@ def test_a_commit_whose_reply_was_lost_is_retried_without_a_second_body(
     assert "marked done already" in caplog.text
 
 
+def test_the_last_part_dispatches_even_when_no_replica_confirms_it(
+    app, core, raw: redis.Redis, celery_url, namespace, events, caplog
+):
+    """``ReplicationTimeout`` on the count and on the commit: both happened, the body goes once."""
+    from celeryapp import make_app
+
+    from simplebroker_redis import ReplicationTimeout
+
+    requests, chord = make_chord(app, 3)
+    finish(app, requests[0])
+    finish(app, requests[1])
+    durable = make_app(celery_url, namespace, str(events))
+    durable.conf.result_backend_transport_options = {
+        "namespace": namespace,
+        "wait_replicas": 5,  # more than any test topology has
+        "wait_timeout": 0.05,
+    }
+    durable.conf.result_backend_always_retry = False  # else Celery retries the last DEL 50 times
+    try:
+        with pytest.raises(ReplicationTimeout):
+            finish(durable, requests[2])  # the group's DEL, after the dispatch, comes back short
+    finally:
+        durable.close()
+    assert bodies(core) == [[["k0", "k1", "k2"]]]
+    parts, claim = core.runner.keys.celery_chord(chord)
+    assert raw.get(claim) == "done" and raw.exists(parts) == 0
+    assert "commit failed" not in caplog.text  # the commit's own reply was used, not a retry
+
+
 def test_error_callbacks_of_a_failed_chord_are_committed_with_the_mark(app, core, raw):
     requests, chord = make_chord(app, 2, failed=1)
     errback = app.signature("on_chord_error", queue="bodies")  # sent as a task message

@@ -410,9 +410,13 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         chord = bytes_to_str(self.get_key_for_chord(gid))
         lifetime = self._chord_lifetime()
         part = f"{request.id}:{getattr(request, 'group_index', None)}"
-        counted = self.runner.run(
-            calls.celery_chord_part(self.runner.keys, chord, part, int(size), lifetime * 1000)
-        )
+        count = calls.celery_chord_part(self.runner.keys, chord, part, int(size), lifetime * 1000)
+        try:
+            counted = self.runner.run(count)
+        except ReplicationTimeout as exc:
+            # Counted on the primary: when this part completed the chord,
+            # the right to dispatch it is this call's alone.
+            counted = exc.result
         if counted.done:
             logger.info("chord %s already dispatched; ignoring a repeated header task", gid)
             return
@@ -473,19 +477,23 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         self, chord: str, part: str, lifetime_ms: int, messages: list[tuple[str, str]]
     ) -> bool:
         keys = self.runner.keys
-        if messages:
-            outcome = self.core.run_allocating(
-                len(messages),
-                lambda candidates: calls.celery_chord_dispatch(
-                    keys, chord, part, lifetime_ms, messages, candidates[0]
-                ),
-                lambda dispatch: dispatch.ids,
-            )
-        else:
-            outcome = self.runner.run(
-                calls.celery_chord_dispatch(keys, chord, part, lifetime_ms, (), None)
-            )
-        return outcome.committed
+        try:
+            if messages:
+                outcome = self.core.run_allocating(
+                    len(messages),
+                    lambda candidates: calls.celery_chord_dispatch(
+                        keys, chord, part, lifetime_ms, messages, candidates[0]
+                    ),
+                    lambda dispatch: dispatch.ids,
+                )
+            else:
+                outcome = self.runner.run(
+                    calls.celery_chord_dispatch(keys, chord, part, lifetime_ms, (), None)
+                )
+        except ReplicationTimeout as exc:
+            # Committed on the primary; a retry would find the chord done.
+            outcome = exc.result
+        return bool(outcome.committed)
 
     def _restore(self, gid: str, callback: Any) -> Any:
         try:
