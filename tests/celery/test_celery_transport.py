@@ -296,14 +296,38 @@ def test_a_cancelled_consumer_drops_its_wake_up_subscription(conn, redis_url, na
         runner.shutdown()
 
 
-def test_durability_options_are_passed_to_the_transport(redis_url, options, core):
+def test_an_unconfirmed_publish_is_written_once_and_not_retried(redis_url, options, conn, core):
+    """``wait_replicas`` unmet: kombu's retry (Celery's default) must not send it twice."""
+    from celery_simplebroker import UnconfirmedPublish
     from simplebroker_redis import ReplicationTimeout
 
-    durable = {**options, "wait_replicas": 1, "wait_timeout": 0.1}  # no replica here
-    with Connection(f"simplebroker+{redis_url}", transport_options=durable) as conn:
-        with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
-            Producer(conn.default_channel).publish({"n": 1}, routing_key="durable", retry=False)
-    assert len(core.peek_many(storage_queue("durable"), 10)) == 1  # written, not confirmed
+    durable = {**options, "wait_replicas": 5, "wait_timeout": 0.05}  # more than any topology
+    fanout = Exchange("all", type="fanout")
+    for name in ("a", "b"):  # bound without durability options (a binding is a write too)
+        Queue(name, fanout)(conn.default_channel).declare()
+    with Connection(f"simplebroker+{redis_url}", transport_options=durable) as unconfirmed:
+        producer = Producer(unconfirmed.default_channel)
+        with pytest.raises(
+            UnconfirmedPublish, match="happened.*of 5 replicas.*not sent again"
+        ) as e:
+            producer.publish({"n": 1}, routing_key="durable", retry=True)
+        assert isinstance(e.value.__cause__, ReplicationTimeout)
+        broadcaster = Producer(unconfirmed.default_channel, exchange=fanout)  # declares it here
+        with pytest.raises(UnconfirmedPublish):
+            broadcaster.publish({"n": 2}, retry=True)  # one broadcast script
+    assert len(core.peek_many(storage_queue("durable"), 10)) == 1  # written once, not confirmed
+    assert [len(core.peek_many(storage_queue(q), 10)) for q in ("a", "b")] == [1, 1]
+    from celery import Celery  # and through Celery, whose send_task retries by default
+
+    app = Celery("unconfirmed", broker=f"simplebroker+{redis_url}")
+    app.conf.broker_transport_options = durable
+    try:
+        with pytest.raises(UnconfirmedPublish):
+            # The default exchange and no declaration: binding a queue is a write as well.
+            app.send_task("add", (1, 2), exchange="", routing_key="celery", declare=[])
+    finally:
+        app.close()
+    assert len(core.peek_many(storage_queue("celery"), 10)) == 1
 
 
 def test_an_unreplicated_reservation_is_handed_back_uncounted(redis_url, options, conn, core):

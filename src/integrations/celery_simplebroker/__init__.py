@@ -15,6 +15,7 @@ See ``docs/celery.md``.
 
 from kombu.transport import TRANSPORT_ALIASES
 
+from .errors import UnconfirmedPublish
 from .options import URL_ENV, ConfigurationError, TransportOptions, storage_queue
 
 #: The kombu transport alias this package registers on import.
@@ -27,5 +28,6 @@ __all__ = [
     "URL_ENV",
     "ConfigurationError",
     "TransportOptions",
+    "UnconfirmedPublish",
     "storage_queue",
 ]

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis import RedisRunner, ReplicationTimeout, calls
 
 #: Separates exchange, routing key and queue in a binding's name.
 BINDING_SEPARATOR: Final[str] = "\x1f"
@@ -63,8 +63,16 @@ class Bindings:
             self._runner.run(calls.celery_bind(self._runner.keys, records))
 
     def table(self, exchange: str) -> tuple[list[Binding], list[Binding]]:
-        """Return the live bindings of ``exchange``, and the expired ones just removed."""
-        table = self._runner.run(calls.celery_exchange_table(self._runner.keys, exchange))
+        """Return the live bindings of ``exchange``, and the expired ones just removed.
+
+        A lookup whose removals too few replicas confirmed (``ReplicationTimeout``,
+        with ``wait_replicas``) still answers: a removal a failover loses is
+        made again by the next lookup.
+        """
+        try:
+            table = self._runner.run(calls.celery_exchange_table(self._runner.keys, exchange))
+        except ReplicationTimeout as exc:
+            table = exc.result
         live = [_parse(name, value) for name, value in table.live]
         removed = [_parse(name, "{}") for name in table.removed]
         return live, removed

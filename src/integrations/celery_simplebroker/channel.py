@@ -20,20 +20,22 @@ UTF-8 are stored as text, so ``broker peek celery`` shows readable tasks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from queue import Empty
 from typing import TYPE_CHECKING, Any, Final
 
 from kombu.transport import virtual
 
-from simplebroker_redis import LeasedMessage, calls
+from simplebroker_redis import LeasedMessage, ReplicationTimeout, calls
 from simplebroker_redis.priorities import priority_queue
 
 from .bindings import Binding
+from .errors import UnconfirmedPublish
 from .options import storage_queue
 
 if TYPE_CHECKING:
@@ -151,7 +153,8 @@ class Channel(virtual.Channel):
         storage = storage_queue(queue)
         if self.transport.options.priorities:
             storage = priority_queue(storage, self._get_message_priority(message))
-        self.transport.write(storage, self._envelope(message))
+        with _unconfirmed_is_final():
+            self.transport.write(storage, self._envelope(message))
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -159,9 +162,10 @@ class Channel(virtual.Channel):
         """Write one copy to every queue bound to ``exchange``, atomically (one broadcast)."""
         queues = sorted({storage_queue(queue) for queue in self._lookup(exchange, routing_key)})
         if queues:
-            self.transport.core.broadcast(
-                self._envelope(message), queue_names=queues, create_missing=True
-            )
+            with _unconfirmed_is_final():
+                self.transport.core.broadcast(
+                    self._envelope(message), queue_names=queues, create_missing=True
+                )
 
     @staticmethod
     def _envelope(message: dict[str, Any]) -> str:
@@ -375,3 +379,14 @@ class Channel(virtual.Channel):
             for queue in list(self._buffers):
                 self._release_buffer(queue)
         super().close()
+
+
+@contextlib.contextmanager
+def _unconfirmed_is_final() -> Iterator[None]:
+    """Turn a publish's ``ReplicationTimeout`` into :class:`UnconfirmedPublish` (not retried)."""
+    try:
+        yield
+    except ReplicationTimeout as exc:
+        raise UnconfirmedPublish(
+            f"{exc}; it was not sent again, as a retry would send it twice"
+        ) from exc
