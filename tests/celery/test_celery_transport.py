@@ -330,6 +330,23 @@ def test_an_unconfirmed_publish_is_written_once_and_not_retried(redis_url, optio
     assert len(core.peek_many(storage_queue("celery"), 10)) == 1
 
 
+def test_an_unconfirmed_acknowledgement_is_a_warning_not_an_error(
+    redis_url, options, conn, core, caplog
+):
+    """It happened: Celery must not log a failed acknowledgement (critical) for it."""
+    from simplebroker_redis import Leases
+
+    publish(conn, "acked", {"n": 1})
+    lease = Leases(core.runner).reserve(storage_queue("acked"), 1, 30.0)
+    durable = {**options, "wait_replicas": 5, "wait_timeout": 0.05}
+    with Connection(f"simplebroker+{redis_url}", transport_options=durable) as unconfirmed:
+        unconfirmed.connect()
+        unconfirmed.transport.ack(lease.token, lease.ids[0])  # no error
+    assert core.peek_many(storage_queue("acked"), 10) == []
+    assert f"message {lease.ids[0]} acknowledged, not confirmed" in caplog.text
+    assert "after its lease expired" not in caplog.text
+
+
 def test_an_unreplicated_reservation_is_handed_back_uncounted(redis_url, options, conn, core):
     """A reservation that raised ``ReplicationTimeout`` goes back at once, its delivery not counted.
 

@@ -544,7 +544,13 @@ class Transport(virtual.Transport):
             return
         if confirmed is None:
             self.holdings.settle(token)
-        self._report(self.leases.ack(token, [message_id], delete=True), message_id)
+        try:
+            settlement = self.leases.ack(token, [message_id], delete=True)
+        except ReplicationTimeout as exc:
+            # Celery would log a failed acknowledgement as critical; it happened.
+            logger.warning("message %d acknowledged, not confirmed: %s", message_id, exc)
+            settlement = exc.result
+        self._report(settlement, message_id)
 
     @staticmethod
     def _report(settlement: Settlement, message_id: int) -> None:
