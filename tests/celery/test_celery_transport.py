@@ -330,7 +330,7 @@ def test_an_unconfirmed_publish_is_written_once_and_not_retried(redis_url, optio
     assert len(core.peek_many(storage_queue("celery"), 10)) == 1
 
 
-def test_an_unconfirmed_acknowledgement_is_a_warning_not_an_error(
+def test_an_unconfirmed_ack_or_reject_is_a_warning_not_an_error(
     redis_url, options, conn, core, caplog
 ):
     """It happened: Celery must not log a failed acknowledgement (critical) for it."""
@@ -338,12 +338,22 @@ def test_an_unconfirmed_acknowledgement_is_a_warning_not_an_error(
 
     publish(conn, "acked", {"n": 1})
     lease = Leases(core.runner).reserve(storage_queue("acked"), 1, 30.0)
-    durable = {**options, "wait_replicas": 5, "wait_timeout": 0.05}
+    publish(conn, "acked", {"n": 2})
+    rejected = Leases(core.runner).reserve(storage_queue("acked"), 1, 30.0)
+    durable = {
+        **options,
+        "wait_replicas": 5,
+        "wait_timeout": 0.05,
+        "dead_letter_queue": "acked.dead",
+    }
     with Connection(f"simplebroker+{redis_url}", transport_options=durable) as unconfirmed:
         unconfirmed.connect()
         unconfirmed.transport.ack(lease.token, lease.ids[0])  # no error
+        unconfirmed.transport.dead_letter(rejected.token, rejected.ids[0])  # reject(requeue=False)
     assert core.peek_many(storage_queue("acked"), 10) == []
+    assert [i for _, i in core.peek_many(storage_queue("acked.dead"), 10)] == list(rejected.ids)
     assert f"message {lease.ids[0]} acknowledged, not confirmed" in caplog.text
+    assert f"message {rejected.ids[0]} moved to" in caplog.text
     assert "after its lease expired" not in caplog.text
 
 

@@ -640,7 +640,10 @@ class Transport(virtual.Transport):
             return  # its result's script deleted it already
         if not unheld:
             self.holdings.settle(token)  # before the server drops the token
-        self.leases.reject(token, [message_id], target)
+        try:
+            self.leases.reject(token, [message_id], target)
+        except ReplicationTimeout as exc:  # moved on the primary, as for ack
+            logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
 
     # -- waiting -------------------------------------------------------------------------------
     def nudge(self) -> None:
