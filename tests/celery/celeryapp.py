@@ -4,12 +4,14 @@ Configured from the environment a test gives its worker processes:
 ``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (file the
 tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
 ``CELERY_ACKS_LATE`` (``0``: Celery's default, acknowledge when a task starts),
-``CELERY_BEAT`` (seconds between the ``record beat`` tasks of a beat schedule).
+``CELERY_BEAT`` (seconds between the ``record beat`` tasks of a beat schedule),
+``CELERY_CONF`` (JSON: more Celery settings, applied last).
 """
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -163,6 +165,8 @@ if os.environ.get("CELERY_NS"):
         float(os.environ.get("CELERY_LEASE", "10")),
         os.environ.get("CELERY_ACKS_LATE", "1") == "1",
     )
+    if os.environ.get("CELERY_CONF"):
+        app.conf.update(json.loads(os.environ["CELERY_CONF"]))
     if os.environ.get("CELERY_BEAT"):  # seconds between two "record beat" tasks (-B)
         app.conf.beat_schedule = {
             "beat": {

@@ -13,6 +13,7 @@ from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.result import AsyncResult
 
+from celery_simplebroker import storage_queue
 from simplebroker_redis import RedisRunner
 
 
@@ -273,3 +274,44 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     assert count // 2 - 4 <= len(reserving) <= count // 2 + 2, len(reserving)
     starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
     assert starts[:count] == [f"t{i:02d}" for i in range(count)]
+
+
+def test_unconfirmed_results_neither_strand_nor_repeat_the_tasks_reserved_with_them(
+    app, start_worker, events, broker
+):
+    """Results whose WAIT comes back short (``wait_replicas`` above the replicas there are).
+
+    The script storing each result also acknowledged the task and reserved
+    the solo worker's next ones: that happened. The acknowledgement is
+    recorded and the tasks reserved with it handed back at once, so every
+    task runs once, and soon: stranded, they would wait out their 30 s lease.
+    """
+    import json
+
+    count = 12
+    keys = [f"u{i:02d}" for i in range(count)]
+    ids = [app.send_task("record", (key,)).id for key in keys]
+    conf = {
+        "result_backend_transport_options": {
+            "namespace": app.conf.result_backend_transport_options["namespace"],
+            "wait_replicas": 5,
+            "wait_timeout": 0.05,
+        },
+        # Not retried: a solo worker restarts its consumer after each task.
+        "result_backend_always_retry": False,
+    }
+    start_worker(
+        "w",
+        "--prefetch-multiplier",
+        "1",  # each result's script reserves the next task (the buffer is empty)
+        env={"CELERY_LEASE": "30", "CELERY_CONF": json.dumps(conf)},
+    )
+
+    def finished() -> list[str]:
+        return [e.words[0] for e in read_events(events) if e.kind == "done"]
+
+    wait_for(lambda: len(finished()) >= count, 25, "every task to finish")
+    wait_for(lambda: not broker.peek_many(storage_queue("celery"), 10), 10, "the queue to empty")
+    starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
+    assert sorted(starts) == keys  # each once
+    assert [AsyncResult(i, app=app).get(timeout=10) for i in ids] == keys  # stored, kept
