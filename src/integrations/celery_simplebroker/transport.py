@@ -357,21 +357,9 @@ class Transport(virtual.Transport):
         oldest messages, reserved first, to the dead-letter queue after a few
         failovers without running).
         """
-        if not isinstance(reserved, MultiLease):
-            return
-        for lease in reserved.leases:
-            if not lease.messages:
-                continue
-            try:
-                self.leases.release(lease.token, lease.ids, undeliver=True)
-            except ReplicationTimeout:
-                pass  # done on the primary as well
-            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
-                logger.warning(
-                    "could not hand back %d message(s) (%s); they return when their lease expires",
-                    len(lease.messages),
-                    exc,
-                )
+        if isinstance(reserved, MultiLease):
+            groups = {lease.token: lease.ids for lease in reserved.leases if lease.messages}
+            self.release(groups, undeliver=True)
 
     def _reservation(self, queue: str, limit: int) -> Reservation:
         """Return the reservation of ``queue`` (storage name), every priority, highest first."""

@@ -224,10 +224,9 @@ class TaskListener:
                 await self.runtime.hand_back(_batches(exc.result), undeliver=True)
             raise
         dead_of = dict(self.sources)
-        parts = reserved.leases if isinstance(reserved, MultiLease) else (reserved,)
         held = [
             (lease.token, message, dead_of[lease.queue])
-            for lease in parts
+            for lease in _parts(reserved)
             for message in lease.messages
         ]
         last = self._last_delivery(tuple(message for _, message, _ in held))
@@ -337,7 +336,11 @@ class TaskListener:
         self._failing = False
 
 
+def _parts(reserved: Lease | MultiLease) -> tuple[Lease, ...]:
+    """Return a reservation's leases: one per queue (``reserve_queues``), or itself."""
+    return reserved.leases if isinstance(reserved, MultiLease) else (reserved,)
+
+
 def _batches(reserved: Lease | MultiLease) -> list[tuple[str, list[int]]]:
     """Return a reservation's (token, IDs) pairs, for ``Runtime.hand_back``."""
-    leases = reserved.leases if isinstance(reserved, MultiLease) else (reserved,)
-    return [(lease.token, list(lease.ids)) for lease in leases if lease.messages]
+    return [(lease.token, list(lease.ids)) for lease in _parts(reserved) if lease.messages]
