@@ -231,9 +231,9 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
 ):
     """With a backlog, the script storing a task's result also reserves the worker's
     next batch: no reservation round trip of its own per prefetch window (window 4
-    here: one per four tasks before), and the window is refilled half of it at a
-    time (a reservation with every other result, not with each). Every task runs
-    once, in order."""
+    here: one per four tasks before), and the window is refilled whole, by the
+    result of the last task buffered (a reservation with every fourth result, not
+    with every other one or with each). Every task runs once, in order."""
     import threading
 
     import redis
@@ -271,7 +271,7 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     assert len(reservations) <= 4, len(reservations)  # the first, and idle polls
     # A store that reserves ends with the queue's levels (priority queues, dead letters).
     reserving = [c for c in seen if c.split()[1].endswith("celery_store") and ".p9 " in c]
-    assert count // 2 - 4 <= len(reserving) <= count // 2 + 2, len(reserving)
+    assert count // 4 - 2 <= len(reserving) <= count // 4 + 2, len(reserving)
     starts = [e.words[0] for e in read_events(events) if e.kind == "start"]
     assert starts[:count] == [f"t{i:02d}" for i in range(count)]
 

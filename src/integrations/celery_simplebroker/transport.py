@@ -399,10 +399,12 @@ class Transport(virtual.Transport):
         the window will have room for once the loop sends the
         acknowledgements it has queued (``acked`` among them). None when
         any of that does not hold, and while the channel still buffers
-        messages and the room is less than half the window: a reservation
-        costs the server a token and an upkeep pass however few messages
-        it takes, so a window of 4 is refilled two at a time, every other
-        result, not one at a time with each.
+        messages: a reservation costs the server a token and an upkeep
+        pass however few messages it takes, so the window is refilled
+        whole, by the result of the last task buffered (a window of 4:
+        with every fourth result), not a few tasks at a time. The loop
+        never waits for it: that result is stored before the loop looks
+        for the next task.
         """
         if self._loop is None or threading.get_ident() != self._loop_thread:
             return None
@@ -422,7 +424,7 @@ class Transport(virtual.Transport):
         if self.wakeups.known_empty(storage):
             return None
         room = channel.room_ahead(acked)
-        if room < 1 or (room < channel.window() // 2 and channel.buffered()):
+        if room < 1 or channel.buffered():
             return None
         generation = self.wakeups.generation(storage)
         return Ahead(channel, queue, self._reservation(storage, room), generation)
