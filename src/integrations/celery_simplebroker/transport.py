@@ -421,10 +421,10 @@ class Transport(virtual.Transport):
             return None
         channel, queue = targets[0]
         storage = storage_queue(queue)
-        if self.wakeups.known_empty(storage):
+        if channel.buffered() or self.wakeups.known_empty(storage):
             return None
         room = channel.room_ahead(acked)
-        if room < 1 or channel.buffered():
+        if room < 1:
             return None
         generation = self.wakeups.generation(storage)
         return Ahead(channel, queue, self._reservation(storage, room), generation)
