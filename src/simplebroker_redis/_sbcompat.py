@@ -99,6 +99,7 @@ def guard_connection_retry() -> bool:
     setattr(_sb_db, "_execute_connection_retry", guarded)  # noqa: B010
     return True
 
+
 __all__ = [
     "BODY_SEARCH_DEFAULT_LIMIT",
     "BODY_SEARCH_REDIS_SCAN_CHUNK_SIZE",

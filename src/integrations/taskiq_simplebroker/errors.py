@@ -13,7 +13,7 @@ import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
 from taskiq.exceptions import ResultGetError, TaskiqError
 
-from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis import AccessDenied, ReplicationTimeout
 
 # The backend's reconnect backoff bounds serve every retry loop here too.
 from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
@@ -91,6 +91,11 @@ def is_transient(exc: BaseException) -> bool:
     callers of this function only retry operations that are safe to repeat
     (a new reservation, settling the same IDs again, renewing leases).
     """
+    if isinstance(exc, AccessDenied):
+        # A refused password, an ACL denial, a failed TLS handshake: waiting
+        # would only hide it (the backend says so; the cause may be a
+        # ConnectionError, which alone would look transient).
+        return False
     if isinstance(exc, OperationalError):
         # ReplicationTimeout (wait_replicas): the operation happened but is not
         # replicated yet; the operations retried here may be repeated.
