@@ -63,12 +63,14 @@ users = st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=Tru
 # Distinctive passwords (a "Pw" prefix) with every troublesome character, percent-encoded.
 passwords = st.one_of(
     st.none(),
-    st.text(
-        st.characters(min_codepoint=33, max_codepoint=126), min_size=6, max_size=14
-    ).map(lambda text: "Pw" + text),
+    st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=6, max_size=14).map(
+        lambda text: "Pw" + text
+    ),
 )
 plain_options = st.dictionaries(
-    st.sampled_from(["socket_timeout", "socket_connect_timeout", "socket_keepalive", "client_name"]),
+    st.sampled_from(
+        ["socket_timeout", "socket_connect_timeout", "socket_keepalive", "client_name"]
+    ),
     st.sampled_from(["5", "0.5", "true", "worker7"]),
     max_size=2,
 ).filter(lambda opts: all(_option_ok(name, value) for name, value in opts.items()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
-from taskiq.exceptions import ResultGetError, TaskiqError
+from taskiq.exceptions import ResultGetError, SendTaskError, TaskiqError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout
 
@@ -22,6 +22,7 @@ __all__ = [
     "BACKOFF_MAX",
     "BACKOFF_MIN",
     "ConfigurationError",
+    "LabelError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerTaskiqError",
@@ -41,6 +42,20 @@ class SimpleBrokerTaskiqError(TaskiqError, BrokerError):
 
 class ConfigurationError(SimpleBrokerTaskiqError, ValueError):
     """An option of the broker, result backend or schedule source is invalid."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class LabelError(ConfigurationError, SendTaskError):
+    """A task's label cannot be honoured (``queue_name``, ``priority``, ``delay``).
+
+    Raised by ``kiq()`` before anything is sent, with the reason in its own
+    message (Taskiq wraps what the broker's ``kick`` raises into a bare
+    ``SendTaskError: Cannot send task to the queue``). Still a
+    ``SendTaskError``, so code catching that keeps working.
+    """
 
     # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
