@@ -211,6 +211,11 @@ def test_every_valid_form_parses_exactly(built: Built) -> None:
     spec = parse_target(built.url)
     _check_exact(spec, built)
     _redis_py_agrees(spec)
+    url = spec.url if spec.kind == "single" else spec.node_url(*spec.hosts[0])
+    read = redis.connection.parse_url(url)
+    for name, value in built.options.items():
+        expected = {"true": True, "false": False}.get(value, value)
+        assert str(read[name]) == str(expected) or read[name] == float(value), (name, read)
     if built.password is not None:
         assert quote(built.password, safe="") not in redact_target(built.url)
         assert built.password not in redact_target(built.url)

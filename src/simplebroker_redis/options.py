@@ -19,10 +19,9 @@ from typing import Any, Final, TypedDict
 from simplebroker.ext import InvalidConfigError
 
 from .keys import DEFAULT_NAMESPACE, validate_namespace
+from .target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS
 from .targets import (
     ACCEPTED_FORMS,
-    QUERY_OPTIONS,
-    TLS_QUERY_OPTIONS,
     InvalidTarget,
     TargetSpec,
     TopologyKind,

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
+
+from .target_query import hide_secret_values, option_check
 
 TopologyKind = Literal["single", "cluster", "sentinel"]
 
@@ -63,63 +63,10 @@ _ENCODE_HINT: Final[str] = (
     "percent-encode '@', ':', '/', '?' and '#' in a user name or password (%40, %3A, %2F, %3F, %23)"
 )
 
-_FALSE_WORDS: Final[frozenset[str]] = frozenset({"false", "no", "0", "off"})
-_TRUE_WORDS: Final[frozenset[str]] = frozenset({"true", "yes", "1", "on"})
-_CERT_REQS: Final[frozenset[str]] = frozenset({"none", "optional", "required"})
 _HOST_RE: Final = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\Z")
 _SCHEME_RE: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
-_SECRET_NAME_RE: Final = re.compile(r"(?i)pass|secret|token|auth|cred")
 _DB_DIGITS: Final[int] = 10
-
-
-def _seconds(value: str) -> str | None:
-    try:
-        number = float(value)
-    except ValueError:
-        return "seconds (a number > 0)"
-    return None if math.isfinite(number) and number > 0 else "seconds (a number > 0)"
-
-
-def _whole(value: str) -> str | None:
-    return None if value.isdigit() and len(value) <= _DB_DIGITS else "an integer >= 0"
-
-
-def _flag(value: str) -> str | None:
-    return None if value.lower() in _FALSE_WORDS | _TRUE_WORDS else "true or false"
-
-
-def _text(value: str) -> str | None:
-    return None if value.strip() == value and " " not in value else "text without spaces"
-
-
-def _path(value: str) -> str | None:
-    return None if value.strip() else "a file or directory path"
-
-
-def _cert_reqs(value: str) -> str | None:
-    return None if value in _CERT_REQS else "none, optional or required"
-
-
-#: redis-py connection options a target's query may carry, with their checks
-#: (each returns what the value should be, or None when it is fine).
-QUERY_OPTIONS: Final[dict[str, Callable[[str], str | None]]] = {
-    "socket_timeout": _seconds,
-    "socket_connect_timeout": _seconds,
-    "socket_keepalive": _flag,
-    "health_check_interval": _whole,
-    "client_name": _text,
-}
-
-#: Options that only a TLS target (``rediss://``, ``rediss+...``) may carry.
-TLS_QUERY_OPTIONS: Final[dict[str, Callable[[str], str | None]]] = {
-    "ssl_certfile": _path,
-    "ssl_keyfile": _path,
-    "ssl_ca_certs": _path,
-    "ssl_ca_path": _path,
-    "ssl_cert_reqs": _cert_reqs,
-    "ssl_check_hostname": _flag,
-}
 
 
 class InvalidTarget(ValueError):
@@ -204,8 +151,8 @@ class _Reader:
                 return self.text
             return f"{self.text[: self.start]}{user}:***{self.text[userinfo_end:]}"
         if self.secret_end == self.start:
-            return _hide_secret_values(self.text)
-        tail = _hide_secret_values(self.text[self.secret_end :])
+            return hide_secret_values(self.text)
+        tail = hide_secret_values(self.text[self.secret_end :])
         return f"{self.text[: self.start]}***{tail}"
 
     def piece(self, start: int, end: int) -> str | None:
@@ -418,7 +365,7 @@ class _Reader:
     def _option(self, item: str, start: int, end: int, data_scheme: str) -> tuple[str, str]:
         raw_name, equals, raw_value = item.partition("=")
         name, value = unquote_plus(raw_name), unquote_plus(raw_value)
-        check = _option_check(name, data_scheme)
+        check = option_check(name, data_scheme)
         if isinstance(check, str):
             raise self.fault(self.named(check, start, start + len(raw_name)))
         if not equals or not value:
@@ -427,35 +374,6 @@ class _Reader:
         if expected is not None:
             raise self.fault(self.named(f"option {name!r} must be {expected}, not", start, end))
         return name, value
-
-
-def _option_check(name: str, data_scheme: str) -> Callable[[str], str | None] | str:
-    """Return the check of query option ``name``, or the fault of naming it here."""
-    if name == "db":
-        if data_scheme == "unix":
-            return _whole
-        return "give the db in the path (redis://host:port/DB), not as option"
-    check = QUERY_OPTIONS.get(name)
-    if check is not None:
-        return check
-    tls = TLS_QUERY_OPTIONS.get(name)
-    if tls is not None:
-        return tls if data_scheme == "rediss" else "a TLS target (rediss://) is needed for option"
-    known = ", ".join([*QUERY_OPTIONS, *TLS_QUERY_OPTIONS, "db (unix://)"])
-    return f"unknown option (known: {known}):"
-
-
-def _hide_secret_values(text: str) -> str:
-    """Return ``text`` with the values of password-like query options replaced by ``***``."""
-    head, mark, query = text.partition("?")
-    if not mark:
-        return text
-    items = []
-    for item in query.split("&"):
-        name, equals, value = item.partition("=")
-        secret = equals and value and _SECRET_NAME_RE.search(unquote_plus(name))
-        items.append(f"{name}=***" if secret else item)
-    return f"{head}?{'&'.join(items)}"
 
 
 def parse_target(target: str) -> TargetSpec:
