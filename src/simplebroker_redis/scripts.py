@@ -332,7 +332,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "print":
         print(library(), end="")
         return 0
-    from .errors import translate  # errors imports this module
     from .targets import InvalidTarget, parse_target, redact_target
 
     try:
@@ -344,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(spec.url)
     try:
         print(client.function_load(library(), replace=True))
-    except redis.RedisError as exc:
-        parser.exit(1, f"{parser.prog}: error: {translate(exc, redact_target(args.url))}\n")
+    except redis.RedisError as exc:  # redis-py's messages name no password
+        where = redact_target(args.url)
+        parser.exit(1, f"{parser.prog}: error: {where}: {type(exc).__name__}: {exc}\n")
     finally:
         client.close()
     return 0
