@@ -105,15 +105,15 @@ def test_python_entry_points_refuse_a_typo_with_one_message(auth_server, typo):
 
 def test_the_cli_refuses_a_typo_at_once_and_writes_nothing(auth_server, tmp_path):
     for case, (target, fault) in _typos(auth_server.port).items():
+        # `write` is the command SimpleBroker's connection retry used to hold for 6 s.
         project = write_project(tmp_path / case, target, "typo")
-        for args in (("write", "jobs", "x"), ("list",)):
-            started = time.monotonic()
-            result = broker_cli(project, *args)
-            took = time.monotonic() - started
-            assert result.returncode != 0, (case, args, result)
-            assert fault in result.stderr and ACCEPTED_FORMS in result.stderr, result.stderr
-            assert "Traceback" not in result.stderr, result.stderr
-            assert took < CLI_AT_ONCE, (case, args, took)
+        started = time.monotonic()
+        result = broker_cli(project, "write", "jobs", "x")
+        took = time.monotonic() - started
+        assert result.returncode != 0, (case, result)
+        assert fault in result.stderr and ACCEPTED_FORMS in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert took < CLI_AT_ONCE, (case, took)
     admin = redis.Redis(port=auth_server.port, password=SECRET)
     assert list(admin.scan_iter("sb:{typo}:*")) == []  # nothing reached the server
     admin.close()
