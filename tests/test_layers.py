@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
     "_sbcompat": 0,
     "keys": 0,
     "options": 0,
+    "targets": 0,
+    "target_query": 0,
     "validation": 0,
     "priorities": 0,
     "ids": 0,

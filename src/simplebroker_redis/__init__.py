@@ -11,10 +11,10 @@ Public names re-exported here; see ``docs/architecture.md`` for the design.
 from importlib.metadata import PackageNotFoundError, version
 
 from .core import RedisBrokerCore
-from .errors import ReplicationTimeout, ReservationConflict, ReservationLost
+from .errors import AccessDenied, ReplicationTimeout, ReservationConflict, ReservationLost
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .leases import Lease, LeaseCalls, LeasedMessage, Leases, Recovery, Settlement
-from .options import BackendOptions
+from .options import BackendOptions, InvalidTarget
 from .plugin import RedisBackendPlugin, redis_backend_plugin
 from .runner import RedisRunner
 
@@ -31,7 +31,9 @@ def get_backend_plugin() -> RedisBackendPlugin:
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "AccessDenied",
     "BackendOptions",
+    "InvalidTarget",
     "Keyspace",
     "Lease",
     "LeaseCalls",

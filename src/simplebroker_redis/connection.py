@@ -240,6 +240,7 @@ class Connections:
         if self._owner is not None:
             candidates.insert(0, self._owner)
         errors: list[str] = []
+        failures: list[redis.RedisError] = []
         for host, port in dict.fromkeys(candidates):
             node: Any = redis.Redis(
                 **self._data_kwargs(
@@ -259,6 +260,7 @@ class Connections:
                 ranges = node.execute_command("CLUSTER SLOTS")
             except redis.RedisError as exc:
                 errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}")
+                failures.append(exc)
                 continue
             finally:
                 node.close()
@@ -268,10 +270,11 @@ class Connections:
                     self.moved(address)
                     return address
             errors.append(f"{host}:{port}: no node serves slot {self.slot}")
+        # The last seed's error as the cause: errors.translate reads a TLS failure there.
         raise redis.ConnectionError(
             f"Error connecting to the cluster: no seed node named the primary of slot "
             f"{self.slot} ({'; '.join(errors)})"
-        )
+        ) from (failures[-1] if failures else None)
 
     # -- clients ----------------------------------------------------------------
     def client(self, address: Address | None = None) -> redis.Redis:

@@ -9,6 +9,8 @@ Nothing here ever formats a password: callers pass a redacted target.
 from __future__ import annotations
 
 import re
+import ssl
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -45,6 +47,11 @@ _AUTH_REQUIRED_RE: Final = re.compile(
 )
 
 _SCRIPT_SHA_RE: Final = re.compile(r"script: (\w+)")
+
+#: Functions of ``ssl`` (and redis-py's TLS connection) that read certificates and keys.
+_TLS_SETUP_FRAMES: Final[frozenset[str]] = frozenset(
+    {"load_verify_locations", "load_cert_chain", "_wrap_socket_with_ssl", "create_default_context"}
+)
 _USER_SCRIPT_RE: Final = re.compile(r"user_(?:script|function):(\d+)")
 
 
@@ -68,6 +75,18 @@ class ReservationConflict(OperationalError):
     """
 
     retryable = True
+
+
+class AccessDenied(OperationalError):
+    """The server refused this client, and no retry can change that.
+
+    A missing or wrong password, an ACL denial (``NOPERM``), a TLS handshake
+    that failed (certificate verification, a plain port), TLS files that
+    cannot be read. Never retryable: SimpleBroker's connection loop and the
+    Taskiq and Celery start-ups give up at once instead of waiting.
+    """
+
+    retryable = False
 
 
 class ReservationLost(OperationalError):
@@ -261,8 +280,39 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
                 " (grant +fcall +function|load, or set backend option scripting = 'eval' "
                 "to run scripts with EVALSHA)"
             )
-        return _operational(f"Redis at {where} denied access: {text}{hint}", retryable=False)
+        return AccessDenied(f"Redis at {where} denied access: {text}{hint}")
     return _operational(f"Redis at {where} rejected a command: {text}", retryable=False)
+
+
+_TLS_DROPS: Final = (
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+    ssl.SSLSyscallError,
+    ssl.SSLWantReadError,
+    ssl.SSLWantWriteError,
+)
+
+
+def _tls_failed(exc: BaseException) -> str | None:
+    """Return how a connection failed in its TLS set-up (verification, files), else None.
+
+    A handshake that timed out or was cut is left out: the next one may work.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLError):
+            # A connection closed mid-handshake is a drop, not a TLS setting.
+            return None if isinstance(cause, _TLS_DROPS) else "the TLS handshake failed"
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            # redis-py reports an unreadable ssl_ca_certs/ssl_certfile as a bare
+            # OSError; its traceback shows it came from the TLS context.
+            frames = traceback.extract_tb(cause.__traceback__)
+            if any(frame.name in _TLS_SETUP_FRAMES for frame in frames):
+                return "a file named by ssl_ca_certs, ssl_certfile or ssl_keyfile cannot be read"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def translate(exc: BaseException, where: str) -> BaseException:
@@ -276,16 +326,14 @@ def translate(exc: BaseException, where: str) -> BaseException:
         return _translate_response(exc, where)
     if isinstance(exc, rx.AuthenticationError) or str(exc).startswith("NOAUTH"):
         if _AUTH_REQUIRED_RE.search(str(exc)):
-            return _operational(
+            return AccessDenied(
                 f"cannot authenticate to Redis at {where}: the server requires a password and "
                 "none was given; put it in the URL (redis://[user]:PASSWORD@host:port/db) or "
-                "in BROKER_BACKEND_PASSWORD",
-                retryable=False,
+                "in BROKER_BACKEND_PASSWORD"
             )
-        return _operational(
+        return AccessDenied(
             f"cannot authenticate to Redis at {where}: the server refused the user name or "
-            f"password ({exc})",
-            retryable=False,
+            f"password ({exc})"
         )
     if isinstance(exc, rx.BusyLoadingError):
         return _operational(f"Redis at {where} is loading data: {exc}", retryable=True)
@@ -298,6 +346,9 @@ def translate(exc: BaseException, where: str) -> BaseException:
         )
         error._connection_capacity = True
         return error
+    tls = _tls_failed(exc) if isinstance(exc, (rx.ConnectionError, OSError)) else None
+    if tls is not None:
+        return AccessDenied(f"cannot reach Redis at {where}: {tls}: {type(exc).__name__}: {exc}")
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
         return _operational(
             f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}",

@@ -1,16 +1,9 @@
-"""Backend options and connection targets: parsing, validation, redaction.
+"""Backend options (``[backend_options]``) and the connection targets they go with.
 
-A target is a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL (``valkey``
-schemes are accepted as aliases), or a topology:
-
-- ``redis+cluster://[user:password@]host:port[,host:port...]`` (seed nodes
-  of a Redis Cluster; ``rediss+cluster://`` for TLS);
-- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
-  (the sentinels; the password is the data nodes'; ``rediss+sentinel://``
-  for TLS to the data nodes).
-
-:func:`parse_target` reads any of them into a :class:`TargetSpec`. The
-password comes from the URL or, when the URL has none, from
+:class:`BackendOptions` validates the options. Targets follow one grammar,
+defined in :mod:`.targets` and re-exported here (:func:`parse_target` and
+friends), so every entry point refuses a malformed URL with the same
+message. The password comes from the URL or, when the URL has none, from
 ``BROKER_BACKEND_PASSWORD``. Passwords never reach an error message, a log
 line or a ``repr``: everything shown goes through :func:`redact_target`.
 """
@@ -21,46 +14,44 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypedDict
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from typing import Any, Final, TypedDict
 
 from simplebroker.ext import InvalidConfigError
 
 from .keys import DEFAULT_NAMESPACE, validate_namespace
+from .target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS
+from .targets import (
+    ACCEPTED_FORMS,
+    InvalidTarget,
+    TargetSpec,
+    TopologyKind,
+    normalize_target,
+    parse_target,
+    redact_target,
+    target_has_password,
+)
+
+__all__ = [
+    "ACCEPTED_FORMS",
+    "OPTION_NAMES",
+    "QUERY_OPTIONS",
+    "TLS_QUERY_OPTIONS",
+    "BackendOptions",
+    "InvalidTarget",
+    "OptionKwargs",
+    "TargetSpec",
+    "TopologyKind",
+    "normalize_target",
+    "parse_target",
+    "redact_target",
+    "target_has_password",
+]
 
 #: Connections a runner's pool may open.
 DEFAULT_MAX_CONNECTIONS: Final[int] = 50
 
 #: Seconds before an at-least-once batch counts as stale (negative: never).
 DEFAULT_STALE_BATCH_SECONDS: Final[float] = 300.0
-
-#: Schemes accepted in targets, mapped to what redis-py understands.
-_SCHEMES: Final[dict[str, str]] = {
-    "redis": "redis",
-    "rediss": "rediss",
-    "unix": "unix",
-    "valkey": "redis",
-    "valkeys": "rediss",
-}
-
-TopologyKind = Literal["single", "cluster", "sentinel"]
-
-#: Topology schemes: scheme -> (kind, scheme of the data nodes).
-_TOPOLOGY_SCHEMES: Final[dict[str, tuple[TopologyKind, str]]] = {
-    "redis+cluster": ("cluster", "redis"),
-    "rediss+cluster": ("cluster", "rediss"),
-    "valkey+cluster": ("cluster", "redis"),
-    "valkeys+cluster": ("cluster", "rediss"),
-    "redis+sentinel": ("sentinel", "redis"),
-    "rediss+sentinel": ("sentinel", "rediss"),
-    "valkey+sentinel": ("sentinel", "redis"),
-    "valkeys+sentinel": ("sentinel", "rediss"),
-}
-
-_TARGET_FORMS: Final[str] = (
-    "a redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or "
-    "redis+sentinel://host:port[,host:port...]/service[/db] URL"
-)
 
 #: Replicas that must acknowledge each state change (0: do not wait).
 DEFAULT_WAIT_REPLICAS: Final[int] = 0
@@ -227,142 +218,3 @@ def _durability(raw: Mapping[str, Any]) -> tuple[int, float, bool, str | None]:
             value_display="(hidden)",
         )
     return replicas, timeout, aof, password or None
-
-
-@dataclass(frozen=True, slots=True)
-class TargetSpec:
-    """A parsed target: its topology, the addresses to start from, credentials, db."""
-
-    kind: TopologyKind
-    url: str  #: the normalized target (with its password; never shown)
-    scheme: str  #: scheme of the data nodes: redis, rediss or unix
-    hosts: tuple[tuple[str, int], ...]  #: cluster seeds or sentinels (empty for single)
-    username: str | None
-    password: str | None = dataclasses.field(repr=False)
-    db: int
-    service: str | None  #: the sentinel service name
-    query: str  #: URL query (TLS options) passed on to every data-node connection
-
-    def node_url(self, host: str, port: int) -> str:
-        """Return a single-server URL for a data node at ``host:port`` (same credentials)."""
-        netloc = _netloc_host(host, port)
-        if self.username is not None or self.password is not None:
-            user = _quote(self.username or "")
-            auth = f":{_quote(self.password)}" if self.password is not None else ""
-            netloc = f"{user}{auth}@{netloc}"
-        return urlunsplit((self.scheme, netloc, f"/{self.db}", self.query, ""))
-
-
-def _quote(text: str) -> str:
-    return quote(text, safe="")
-
-
-def _netloc_host(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _bad(target: str, why: str) -> ValueError:
-    return ValueError(f"invalid redis backend target {redact_target(target)!r}: {why}")
-
-
-def _parse_hosts(target: str, hostlist: str) -> tuple[tuple[str, int], ...]:
-    hosts: list[tuple[str, int]] = []
-    for item in hostlist.split(","):
-        item = item.strip()
-        if item.startswith("["):  # [ipv6]:port
-            host, _, rest = item[1:].partition("]")
-            port_text = rest.removeprefix(":")
-        else:
-            host, _, port_text = item.rpartition(":")
-            if not host:
-                host, port_text = item, ""
-        if not host:
-            raise _bad(target, f"empty host in {hostlist!r}")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise _bad(target, f"{item!r} needs a port (host:port)")
-        hosts.append((host, int(port_text)))
-    return tuple(hosts)
-
-
-def parse_target(target: str) -> TargetSpec:
-    """Parse any accepted target into a :class:`TargetSpec`; errors name what is wrong."""
-    if not isinstance(target, str) or not target.strip():
-        raise ValueError(f"redis backend target must be {_TARGET_FORMS}")
-    text = target.strip()
-    scheme_text, sep, rest = text.partition("://")
-    topology = _TOPOLOGY_SCHEMES.get(scheme_text.lower()) if sep else None
-    if topology is None:
-        try:
-            parts = urlsplit(text)
-        except ValueError as exc:
-            raise _bad(target, str(exc)) from None
-        scheme = _SCHEMES.get(parts.scheme.lower())
-        if scheme is None:
-            raise _bad(target, f"use {_TARGET_FORMS}")
-        url = urlunsplit((scheme, *parts[1:]))
-        return TargetSpec(
-            "single", url, scheme, (), parts.username, parts.password, 0, None, parts.query
-        )
-    return _parse_topology(target, scheme_text.lower(), rest, *topology)
-
-
-def _parse_topology(
-    target: str, scheme_text: str, rest: str, kind: TopologyKind, scheme: str
-) -> TargetSpec:
-    # The query first: its values may hold "/" (ssl_ca_certs=/etc/ca.pem), and a
-    # cluster target has no path before it ("host:port,host:port?ssl_...").
-    location, _, query = rest.partition("?")
-    netloc, _, path = location.partition("/")
-    userinfo, at, hostlist = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-    if not hostlist:
-        raise _bad(target, f"no {'seed node' if kind == 'cluster' else 'sentinel'} host:port given")
-    hosts = _parse_hosts(target, hostlist)
-    segments = [s for s in path.split("/") if s]
-    service = None
-    if kind == "sentinel":
-        if not segments:
-            raise _bad(target, "name the sentinel service: redis+sentinel://host:port/SERVICE[/db]")
-        service, segments = unquote(segments[0]), segments[1:]
-    if len(segments) > 1 or (segments and not segments[0].isdigit()):
-        raise _bad(target, f"unexpected path {path!r} (only a db number may follow)")
-    db = int(segments[0]) if segments else 0
-    if kind == "cluster" and db != 0:
-        raise _bad(target, "a Redis Cluster has only db 0")
-    url = f"{scheme_text}://{rest}"
-    return TargetSpec(kind, url, scheme, hosts, username, password, db, service, query)
-
-
-def normalize_target(target: str) -> str:
-    """Return ``target`` with a redis-py scheme (topologies kept); reject anything else clearly."""
-    return parse_target(target).url
-
-
-def target_has_password(target: str) -> bool:
-    """Return whether the URL itself carries a password."""
-    try:
-        return parse_target(target).password is not None
-    except ValueError:
-        return False
-
-
-def redact_target(target: str) -> str:
-    """Return ``target`` with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(target)
-    except ValueError:
-        parts = None
-    if parts is not None and parts.password is not None:
-        user = parts.username or ""
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit((parts.scheme, f"{user}:***@{host}", *parts[2:]))
-    at = target.rfind("@")
-    scheme_end = target.find("://")
-    if at != -1 and scheme_end != -1 and scheme_end < at:
-        # Malformed URLs: hide the whole userinfo rather than guess.
-        return f"{target[: scheme_end + 3]}***{target[at:]}"
-    return target

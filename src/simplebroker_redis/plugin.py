@@ -9,6 +9,7 @@ from simplebroker.ext import ActivityWaiter, BackendPlugin, BrokerConnection
 
 from . import calls
 from . import namespace as namespace_ops
+from ._sbcompat import guard_connection_retry
 from .activity import open_waiter
 from .core import RedisBrokerCore
 from .keys import SCHEMA_VERSION, format_id
@@ -227,3 +228,7 @@ redis_backend_plugin = RedisBackendPlugin()
 # The runners' documented back-pointer to their plugin (SimpleBroker's
 # BackendAwareRunner contract), set here so no lower layer imports this one.
 RunnerBase.backend_plugin = cast("BackendPlugin", redis_backend_plugin)
+
+# SimpleBroker loads this module when it resolves the backend, before it opens
+# a connection: a wrong password then fails at once, not after 6 s (_sbcompat).
+guard_connection_retry()

@@ -332,9 +332,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "print":
         print(library(), end="")
         return 0
-    client = redis.Redis.from_url(args.url)
+    from .targets import InvalidTarget, parse_target, redact_target
+
+    try:
+        spec = parse_target(args.url)
+    except InvalidTarget as exc:
+        parser.error(str(exc))
+    if spec.kind != "single":
+        parser.error("load the library on each primary, with its own redis:// URL")
+    client = redis.Redis.from_url(spec.url)
     try:
         print(client.function_load(library(), replace=True))
+    except redis.RedisError as exc:  # redis-py's messages name no password
+        where = redact_target(args.url)
+        parser.exit(1, f"{parser.prog}: error: {where}: {type(exc).__name__}: {exc}\n")
     finally:
         client.close()
     return 0

@@ -9,6 +9,7 @@ test_tls_topologies.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ import pytest
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, TlsFiles, free_port
 
@@ -121,5 +122,27 @@ def test_tls_failures_are_clear_and_redacted(tls_server, certificates, scheme, q
     with pytest.raises(OperationalError) as info:
         runner.ensure_initialized()
     assert expected in str(info.value)
+    # A failed verification is final: nothing waits for it to fix itself.
+    assert isinstance(info.value, AccessDenied) == (scheme == "rediss"), repr(info.value)
     assert_secret_free(texts_of(info.value))
     runner.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("ssl_ca_certs={other}", "certificate verify failed"),
+        ("ssl_ca_certs={missing}", "a file named by ssl_ca_certs, ssl_certfile or ssl_keyfile"),
+    ],
+    ids=["wrong-ca", "missing-ca-file"],
+)
+def test_the_cli_reports_a_tls_failure_at_once(tls_server, certificates, tmp_path, query, expected):
+    """Not after SimpleBroker's 6 s of connection retries."""
+    url = tls_server.url(
+        query.format(other=certificates / "other-ca.crt", missing=tmp_path / "no-ca.pem")
+    )
+    project = write_project(tmp_path, url, "tlsfast")
+    started = time.monotonic()
+    result = broker_cli(project, "write", "jobs", "x")
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
+    assert time.monotonic() - started < 5.0

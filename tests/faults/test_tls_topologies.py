@@ -29,7 +29,7 @@ from redis.crc import key_slot
 from simplebroker.ext import OperationalError
 from taskiq.receiver import Receiver
 
-from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevCluster, DevNode, DevSentinelGroup, TlsFiles
 from simplebroker_redis.keys import Keyspace
@@ -262,5 +262,8 @@ def test_tls_failures_are_clear_and_redacted(
     with pytest.raises(OperationalError) as info:
         runner.ensure_initialized()
     assert expected in str(info.value)
+    # A failed certificate check is final (AccessDenied): nothing waits for it.
+    verify = expected == "certificate verify failed"
+    assert isinstance(info.value, AccessDenied) == verify, repr(info.value)
     assert_secret_free(texts_of(info.value))
     runner.shutdown()

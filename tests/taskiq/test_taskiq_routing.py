@@ -54,9 +54,34 @@ async def test_a_priority_outside_0_to_9_is_refused_at_kick_time(client, broker,
         return
     with pytest.raises(SendTaskError) as info:
         await kiq(client, "add", 1, 1, priority=bad)
-    assert isinstance(info.value.__cause__, ConfigurationError)
-    assert "'priority' must be an integer from 0 to 9" in str(info.value.__cause__)
+    # The reason is in the error itself, not only in a cause Taskiq hides.
+    assert isinstance(info.value, ConfigurationError)
+    assert "'priority' must be an integer from 0 to 9" in str(info.value)
     assert broker.list_queue_stats() == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason"),
+    [
+        (
+            {"queue_name": "my queue"},
+            "label 'queue_name' 'my queue': Invalid queue name: must contain only letters, "
+            "numbers, periods, underscores, and hyphens",
+        ),
+        ({"queue_name": ".hidden"}, "Cannot begin with a hyphen or a period"),
+        ({"queue_name": "q" * 513}, "exceeds 512 characters"),
+        ({"queue_name": "q" * 510, "priority": 5}, "label 'priority' 5: queue"),
+        ({"delay": "soon"}, "label 'delay' must be seconds, got 'soon'"),
+    ],
+)
+async def test_an_invalid_label_says_why_in_the_error_itself(client, broker, labels, reason):
+    with pytest.raises(SendTaskError) as info:
+        await kiq(client, "add", 1, 1, **labels)
+    assert reason in str(info.value)
+    assert isinstance(info.value, ConfigurationError)
+    assert broker.list_queue_stats() == []  # nothing was written
+    await kiq(client, "add", 1, 1, queue_name="my_queue")  # a valid label still routes
+    assert [s.queue for s in broker.list_queue_stats()] == ["my_queue"]
 
 
 async def test_priorities_off(client, redis_url, namespace, broker):
@@ -64,7 +89,7 @@ async def test_priorities_off(client, redis_url, namespace, broker):
     await plain.startup()
     with pytest.raises(SendTaskError) as info:
         await kiq(plain, "add", 1, 1, priority=3)
-    assert "priorities=False" in str(info.value.__cause__)
+    assert "priorities=False" in str(info.value)
     await kiq(plain, "add", 1, 1, priority=0)
     scripts = record_scripts(plain.runner)
     listener = plain.listen()

@@ -132,7 +132,8 @@ def test_unreachable_cluster_seeds_give_a_clear_error(ns: str) -> None:
         ("redis+cluster://:secret@host", "needs a port"),
         ("redis+cluster://:secret@h:1/2", "only db 0"),
         ("redis+sentinel://:secret@h:1", "name the sentinel service"),
-        ("redis+sentinel://:secret@h:1/svc/x", "unexpected path"),
+        ("redis+sentinel://:secret@h:1/svc/x", "must be a db number"),
+        ("redis+sentinel://:secret@h:1/svc/1/2", "unexpected path"),
         ("redis+tunnel://:secret@h:1", "redis\\+cluster://"),
     ],
 )

@@ -15,7 +15,7 @@ See ``docs/celery.md``.
 
 from kombu.transport import TRANSPORT_ALIASES
 
-from .errors import UnconfirmedPublish
+from .errors import ServerRefused, UnconfirmedPublish
 from .options import URL_ENV, ConfigurationError, TransportOptions, storage_queue
 
 #: The kombu transport alias this package registers on import.
@@ -23,10 +23,14 @@ TRANSPORT_ALIAS = "simplebroker"
 
 TRANSPORT_ALIASES.setdefault(TRANSPORT_ALIAS, "celery_simplebroker.transport:Transport")
 
+# Registers the check of every app's simplebroker URLs when the app is finalized.
+from . import urls  # noqa: E402,F401 - imported for that side effect
+
 __all__ = [
     "TRANSPORT_ALIAS",
     "URL_ENV",
     "ConfigurationError",
+    "ServerRefused",
     "TransportOptions",
     "UnconfirmedPublish",
     "storage_queue",

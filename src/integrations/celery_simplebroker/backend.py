@@ -39,7 +39,7 @@ from celery.result import GroupResult, allow_join_result
 from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import RedisBrokerCore, ReplicationTimeout, calls
+from simplebroker_redis import AccessDenied, RedisBrokerCore, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
@@ -47,6 +47,7 @@ from .channel import parse_tag
 from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
 from .staging import staging
 from .transport import Ahead, Transport, holder_of
+from .urls import check_app_urls
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -103,6 +104,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         kwargs.setdefault("expires_type", int)
         super().__init__(app=app, url=url, **kwargs)
         options = self.app.conf.get("result_backend_transport_options") or {}
+        check_app_urls(self.app)  # a producer may not have finalized its app yet
         self.runner = make_runner(resolve_target(url), options)
         warn_unknown_options("result_backend_transport_options", options, BACKEND_OPTIONS)
         self._core: RedisBrokerCore | None = None
@@ -116,7 +118,12 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         return shown_url(self.url, include_password)
 
     def exception_safe_to_retry(self, exc: BaseException) -> bool:
-        """Retry (with ``result_backend_always_retry``) when the server was unreachable."""
+        """Retry (with ``result_backend_always_retry``) when the server was unreachable.
+
+        Never on a refusal no retry can fix (``AccessDenied``: a password, an ACL, TLS).
+        """
+        if isinstance(exc, AccessDenied):
+            return False
         return isinstance(exc, (OperationalError, redis.ConnectionError, redis.TimeoutError))
 
     # -- key/value primitives ----------------------------------------------------------

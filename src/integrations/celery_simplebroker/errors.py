@@ -12,3 +12,13 @@ class UnconfirmedPublish(RuntimeError):
     default), and the message, already in its queue, would be sent a
     second time and could run twice at once.
     """
+
+
+class ServerRefused(RuntimeError):
+    """The server refused this client for good: a wrong password, an ACL, TLS.
+
+    Its cause is the backend's ``AccessDenied``. Like
+    :class:`UnconfirmedPublish`, it is deliberately not a connection error:
+    kombu retries those (a worker 100 times, for minutes), and no retry can
+    fix a password. A worker stops at once with the message instead.
+    """

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
-from simplebroker_redis.options import redact_target
+from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import validate_queue_name
 
 logger = logging.getLogger("celery_simplebroker")
@@ -52,19 +52,32 @@ class ConfigurationError(ValueError):
     """A transport or result backend option is invalid."""
 
 
+#: What kombu and Celery pass when no server is named: nothing, kombu's default
+#: host name, or ``simplebroker://``.
+_NO_SERVER: Final[frozenset[str]] = frozenset({"", "localhost", "simplebroker:", "simplebroker:/"})
+
+
 def resolve_target(url: str | None) -> str:
     """Return the server URL: ``url`` when it names a server, else ``$SIMPLEBROKER_REDIS_URL``.
 
-    ``simplebroker://`` (no server) means the environment variable.
+    ``simplebroker://`` (no server) means the environment variable. Either
+    must follow the backend's target grammar.
+
+    Raises:
+        ConfigurationError: No server is named, or the target is malformed
+            (the grammar's message: the fault and the accepted forms).
+
     """
-    if url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        if scheme != "simplebroker" and rest not in ("", "/"):
-            return url
-    env = os.environ.get(URL_ENV)
-    if not env:
-        raise ConfigurationError(f"the broker URL names no server and ${URL_ENV} is not set")
-    return env
+    target, where = url or "", "the broker URL"
+    if target.rstrip("/") in _NO_SERVER:
+        target, where = os.environ.get(URL_ENV, ""), f"${URL_ENV}"
+        if not target:
+            raise ConfigurationError(f"the broker URL names no server and ${URL_ENV} is not set")
+    try:
+        parse_target(target)
+    except InvalidTarget as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return target
 
 
 def shown_url(url: str | None, include_password: bool = False) -> str:

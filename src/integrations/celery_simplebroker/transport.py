@@ -43,6 +43,7 @@ from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import (
+    AccessDenied,
     LeasedMessage,
     Leases,
     RedisBrokerCore,
@@ -63,6 +64,7 @@ from .channel import (
     delivery_tag,
     reserved_by_token,
 )
+from .errors import ServerRefused
 from .options import (
     TRANSPORT_OPTIONS,
     TransportOptions,
@@ -207,8 +209,15 @@ class Transport(virtual.Transport):
         return shown_url(uri, include_password)
 
     def establish_connection(self) -> Any:
-        """Reach the server and create or validate the namespace (kombu retries failures)."""
-        self.runner.ensure_initialized()
+        """Reach the server and create or validate the namespace (kombu retries failures).
+
+        A refusal no retry can fix (``AccessDenied``) is raised as
+        :class:`ServerRefused`, which kombu does not retry.
+        """
+        try:
+            self.runner.ensure_initialized()
+        except AccessDenied as exc:
+            raise ServerRefused(str(exc)) from exc
         return super().establish_connection()
 
     def close_connection(self, connection: Any) -> None:

@@ -21,17 +21,16 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
-from simplebroker_redis.priorities import priority_queue
 from simplebroker_redis.validation import validate_queue_name
 
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
 from .deadletters import DeadLetterEntry, report_dead_letter
-from .errors import ConfigurationError, is_transient
+from .errors import ConfigurationError, LabelError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
-from .routing import DEFAULT_QUEUE, listened_queues, priority_of, sources
+from .routing import DEFAULT_QUEUE, label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 
@@ -90,9 +89,9 @@ def delay_seconds(label: object) -> float:
     try:
         delay = float(label)  # type: ignore[arg-type] # labels arrive as str or number
     except (TypeError, ValueError):
-        raise ConfigurationError(f"label 'delay' must be seconds, got {label!r}") from None
+        raise LabelError(f"label 'delay' must be seconds, got {label!r}") from None
     if not math.isfinite(delay):
-        raise ConfigurationError(f"label 'delay' must be finite, got {label!r}")
+        raise LabelError(f"label 'delay' must be finite, got {label!r}")
     return max(0.0, delay)
 
 
@@ -217,7 +216,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._messages = [AsyncMessages(shard) for shard in self.shard_runners]
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
-        self.add_middlewares(_RejectionMarker(self))
+        self.add_middlewares(_RejectionMarker(self), _LabelCheck(self))
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -278,17 +277,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         invisible to workers until it is due.
 
         Raises:
-            ConfigurationError: A ``priority`` label outside 0-9, or a
-                ``delay`` label that is not a number of seconds.
+            LabelError: An invalid ``queue_name``, ``priority`` or ``delay``
+                label (checked before, in ``kiq()``, by :class:`_LabelCheck`).
 
         """
         labels = message.labels
-        queue = labels.get("queue_name") or self.queue
-        priority = priority_of(labels.get("priority"))
-        if priority:
-            if not self.priorities:
-                raise ConfigurationError("label 'priority': this broker has priorities=False")
-            queue = priority_queue(queue, priority)
+        queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
         await messages.write(queue, encode_body(message.message), delay_seconds=delay)
@@ -398,6 +392,26 @@ def follow_taskiq_log_level() -> None:
         ours = logging.getLogger(name)
         if ours.level == logging.NOTSET:
             ours.setLevel(level)
+
+
+class _LabelCheck(TaskiqMiddleware):
+    """Refuses a task whose labels cannot be honoured, in ``kiq()`` before it is sent.
+
+    Taskiq turns whatever the broker's ``kick`` raises into a bare
+    ``SendTaskError`` ("Cannot send task to the queue"); an error raised in
+    ``pre_send`` reaches the caller as it is, reason included.
+    """
+
+    def __init__(self, target: SimpleBrokerTaskiqBroker) -> None:
+        super().__init__()
+        self._target = target
+
+    def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
+        """Raise :class:`LabelError` for an invalid ``queue_name``, ``priority`` or ``delay``."""
+        target = self._target
+        label_queue(message.labels, target.queue, priorities=target.priorities)
+        delay_seconds(message.labels.get("delay"))
+        return message
 
 
 class _RejectionMarker(TaskiqMiddleware):

@@ -35,7 +35,13 @@ from simplebroker.project import resolve_broker_target
 
 from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.options import OPTION_NAMES
+from simplebroker_redis.options import (
+    OPTION_NAMES,
+    QUERY_OPTIONS,
+    TLS_QUERY_OPTIONS,
+    InvalidTarget,
+    parse_target,
+)
 
 from .errors import ConfigurationError
 
@@ -50,22 +56,9 @@ DEFAULT_MAX_CONNECTIONS: Final[int] = 50
 #: redis-py connection options accepted as extra keyword arguments (as
 #: taskiq-redis passes ``**connection_kwargs``). They travel in the URL's
 #: query string, which redis-py reads for every pool and Pub/Sub connection
-#: of the runner (the README's TLS options use the same route).
-URL_OPTIONS: Final[frozenset[str]] = frozenset(
-    {
-        "socket_timeout",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "health_check_interval",
-        "client_name",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_ca_certs",
-        "ssl_ca_path",
-        "ssl_cert_reqs",
-        "ssl_check_hostname",
-    }
-)
+#: of the runner (the README's TLS options use the same route): exactly the
+#: options the target grammar accepts in a query.
+URL_OPTIONS: Final[frozenset[str]] = frozenset(QUERY_OPTIONS) | frozenset(TLS_QUERY_OPTIONS)
 
 #: Options the URL's user part carries (redacted wherever the URL is shown).
 _USER_OPTIONS: Final[frozenset[str]] = frozenset({"username", "password"})
@@ -225,6 +218,12 @@ def make_runner(
             )
         return runner
     server = choose_server(url)
+    try:
+        # The target as given, before options are added to it: a malformed
+        # one is refused here, with the grammar's message.
+        parse_target(server.target)
+    except InvalidTarget as exc:
+        raise ConfigurationError(f"{server.source}: {exc}") from None
     options = dict(server.options)
     if namespace is not None:
         options["namespace"] = namespace

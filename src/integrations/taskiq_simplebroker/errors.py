@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import redis.exceptions as rx
 from simplebroker.ext import BrokerError, OperationalError
-from taskiq.exceptions import ResultGetError, TaskiqError
+from taskiq.exceptions import ResultGetError, SendTaskError, TaskiqError
 
-from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis import AccessDenied, ReplicationTimeout
 
 # The backend's reconnect backoff bounds serve every retry loop here too.
 from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
@@ -22,6 +22,7 @@ __all__ = [
     "BACKOFF_MAX",
     "BACKOFF_MIN",
     "ConfigurationError",
+    "LabelError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerTaskiqError",
@@ -41,6 +42,20 @@ class SimpleBrokerTaskiqError(TaskiqError, BrokerError):
 
 class ConfigurationError(SimpleBrokerTaskiqError, ValueError):
     """An option of the broker, result backend or schedule source is invalid."""
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class LabelError(ConfigurationError, SendTaskError):
+    """A task's label cannot be honoured (``queue_name``, ``priority``, ``delay``).
+
+    Raised by ``kiq()`` before anything is sent, with the reason in its own
+    message (Taskiq wraps what the broker's ``kick`` raises into a bare
+    ``SendTaskError: Cannot send task to the queue``). Still a
+    ``SendTaskError``, so code catching that keeps working.
+    """
 
     # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
@@ -91,6 +106,11 @@ def is_transient(exc: BaseException) -> bool:
     callers of this function only retry operations that are safe to repeat
     (a new reservation, settling the same IDs again, renewing leases).
     """
+    if isinstance(exc, AccessDenied):
+        # A refused password, an ACL denial, a failed TLS handshake: waiting
+        # would only hide it (the backend says so; the cause may be a
+        # ConnectionError, which alone would look transient).
+        return False
     if isinstance(exc, OperationalError):
         # ReplicationTimeout (wait_replicas): the operation happened but is not
         # replicated yet; the operations retried here may be repeated.

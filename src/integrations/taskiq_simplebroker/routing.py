@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from simplebroker.ext import QueueNameError
+
 from simplebroker_redis.priorities import HIGHEST, priority_queue
 from simplebroker_redis.validation import validate_queue_name
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, LabelError
 
 #: Queue Taskiq tasks go to unless a task's ``queue_name`` label says otherwise.
 DEFAULT_QUEUE: Final[str] = "taskiq"
@@ -31,8 +33,8 @@ def priority_of(label: object) -> int:
     """Return the priority a ``priority`` label asks for (0 when absent).
 
     Raises:
-        ConfigurationError: Not an integer from 0 to 9 (labels may arrive as
-            text: ``"7"`` is 7).
+        LabelError: Not an integer from 0 to 9 (labels may arrive as text:
+            ``"7"`` is 7).
 
     """
     if label is None or label == "":
@@ -43,11 +45,37 @@ def priority_of(label: object) -> int:
     elif isinstance(label, str) and label.strip().isdigit():
         value = int(label)
     if value is None or not 0 <= value <= HIGHEST:
-        raise ConfigurationError(
+        raise LabelError(
             f"label 'priority' must be an integer from 0 to {HIGHEST} "
             f"({HIGHEST} runs first), got {label!r}"
         )
     return value
+
+
+def label_queue(labels: Mapping[str, object], default: str, *, priorities: bool) -> str:
+    """Return the SimpleBroker queue a task with ``labels`` goes to.
+
+    Raises:
+        LabelError: The ``queue_name`` label is not a valid queue name, or
+            the ``priority`` label is invalid (or given to a broker with
+            ``priorities=False``); the message says which and why.
+
+    """
+    queue = labels.get("queue_name") or default
+    try:
+        validate_queue_name(queue)
+    except QueueNameError as exc:
+        raise LabelError(f"label 'queue_name' {queue!r}: {exc}") from None
+    priority = priority_of(labels.get("priority"))
+    if not priority:
+        return str(queue)
+    if not priorities:
+        raise LabelError("label 'priority': this broker has priorities=False")
+    name = priority_queue(str(queue), priority)
+    try:
+        return validate_queue_name(name)
+    except QueueNameError as exc:  # a queue name near the length limit
+        raise LabelError(f"label 'priority' {priority}: queue {name[:40]}...: {exc}") from None
 
 
 def sources(

