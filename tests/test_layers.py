@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "retry": 0,
     "calls": 0,
+    "opcalls": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,
@@ -59,6 +60,7 @@ LAYERS: dict[str, int] = {
     "aio.activity": 3,
     "aio.writes": 3,
     "heartbeat": 3,
+    "observe": 3,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -69,6 +71,7 @@ LAYERS: dict[str, int] = {
     "core._aliases": 4,
     # 5: plugin and public facades
     "plugin": 5,
+    "metrics": 5,
     "aio": 5,
     "": 5,  # the package's __init__
 }
