@@ -61,6 +61,7 @@ LAYERS: dict[str, int] = {
     "aio.writes": 3,
     "heartbeat": 3,
     "observe": 3,
+    "workers": 3,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,

@@ -125,6 +125,7 @@ class Runtime:
         self.dead_letter_queue = dead_letter_queue
         self.holdings = Holdings()
         self.committer = Committer(runner, on_written=self._written, busy=self.holdings.busy)
+        listened = [queue for queue, _ in sources]  # shown in the worker's heartbeat record
         # The heartbeat reuses the runner's synchronous twin: its pool is
         # separate from the asyncio pool, so it gets its own connection.
         self.heartbeat = LeaseHeartbeat(
@@ -136,6 +137,7 @@ class Runtime:
             on_lost=self._lost,
             logger=logger,
             name="taskiq-simplebroker-heartbeat",
+            describe=lambda: {"queues": listened},
         )
         self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
             weakref.WeakKeyDictionary()
