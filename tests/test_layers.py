@@ -73,6 +73,10 @@ LAYERS: dict[str, int] = {
     # 5: plugin and public facades
     "plugin": 5,
     "metrics": 5,
+    "dashboard": 5,
+    "dashboard.app": 5,
+    "dashboard.live": 5,
+    "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__
 }

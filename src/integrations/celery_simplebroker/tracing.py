@@ -55,46 +55,46 @@ class _Spans:
             return self._open.pop(key, None)
 
 
-def install(app: Any, tracer_provider: Any = None) -> None:
-    """Trace every task ``app`` sends and runs (call where ``app`` is defined)."""
-    from celery import signals
+def _attributes(name: str, task_id: str, queue: str, operation: str) -> dict[str, Any]:
+    return {
+        "messaging.system": "simplebroker",
+        "messaging.operation.type": operation,
+        "messaging.destination.name": queue,
+        "messaging.message.id": task_id,
+        "celery.task_name": name,
+    }
 
-    del app  # Celery's signals are process-wide; the argument documents the intent.
-    tracer = trace.get_tracer("celery_simplebroker", tracer_provider=tracer_provider)
-    spans = _Spans()
 
-    def attributes(name: str, task_id: str, queue: str, operation: str) -> dict[str, Any]:
-        return {
-            "messaging.system": "simplebroker",
-            "messaging.operation.type": operation,
-            "messaging.destination.name": queue,
-            "messaging.message.id": task_id,
-            "celery.task_name": name,
-        }
+class _Hooks:
+    """The signal handlers of :func:`install`, around one tracer."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.spans = _Spans()
 
     def before_publish(
-        sender: Any = None, headers: Any = None, routing_key: Any = "", **_: Any
+        self, sender: Any = None, headers: Any = None, routing_key: Any = "", **_: Any
     ) -> None:
         if not isinstance(headers, dict) or "id" not in headers:
             return
-        name = str(headers.get("task") or sender)
-        span = tracer.start_span(
+        name, task_id = str(headers.get("task") or sender), str(headers["id"])
+        span = self.tracer.start_span(
             f"{name} send",
             kind=trace.SpanKind.PRODUCER,
-            attributes=attributes(name, str(headers["id"]), str(routing_key or ""), "send"),
+            attributes=_attributes(name, task_id, str(routing_key or ""), "send"),
         )
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         headers.update({k: v for k, v in carrier.items() if k in TRACE_HEADERS})
-        spans.keep(("send", str(headers["id"])), span)
+        self.spans.keep(("send", task_id), span)
 
-    def after_publish(headers: Any = None, **_: Any) -> None:
+    def after_publish(self, headers: Any = None, **_: Any) -> None:
         if isinstance(headers, dict) and "id" in headers:
-            held = spans.pop(("send", str(headers["id"])))
+            held = self.spans.pop(("send", str(headers["id"])))
             if held is not None:
                 held[0].end()
 
-    def prerun(task_id: str = "", task: Any = None, **_: Any) -> None:
+    def prerun(self, task_id: str = "", task: Any = None, **_: Any) -> None:
         request = getattr(task, "request", None)
         carrier = {}
         for name in TRACE_HEADERS:
@@ -103,24 +103,25 @@ def install(app: Any, tracer_provider: Any = None) -> None:
                 carrier[name] = str(value)
         parent = propagate.extract(carrier) if carrier else context.get_current()
         info = getattr(request, "delivery_info", None) or {}
-        queue = str(info.get("routing_key") or "")
-        span = tracer.start_span(
+        span = self.tracer.start_span(
             f"{task.name} process",
             context=parent,
             kind=trace.SpanKind.CONSUMER,
-            attributes=attributes(task.name, task_id, queue, "process"),
+            attributes=_attributes(
+                task.name, task_id, str(info.get("routing_key") or ""), "process"
+            ),
         )
         token = context.attach(trace.set_span_in_context(span))
-        spans.keep(("process", task_id), span, token)
+        self.spans.keep(("process", task_id), span, token)
 
-    def failure(task_id: str = "", exception: Any = None, **_: Any) -> None:
-        span = spans.get(("process", task_id))
+    def failure(self, task_id: str = "", exception: Any = None, **_: Any) -> None:
+        span = self.spans.get(("process", task_id))
         if span is not None and isinstance(exception, BaseException):
             span.record_exception(exception)
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(exception).__name__))
 
-    def postrun(task_id: str = "", **_: Any) -> None:
-        held = spans.pop(("process", task_id))
+    def postrun(self, task_id: str = "", **_: Any) -> None:
+        held = self.spans.pop(("process", task_id))
         if held is None:
             return
         span, token = held
@@ -131,8 +132,15 @@ def install(app: Any, tracer_provider: Any = None) -> None:
                 pass
         span.end()
 
-    signals.before_task_publish.connect(before_publish, weak=False)
-    signals.after_task_publish.connect(after_publish, weak=False)
-    signals.task_prerun.connect(prerun, weak=False)
-    signals.task_failure.connect(failure, weak=False)
-    signals.task_postrun.connect(postrun, weak=False)
+
+def install(app: Any, tracer_provider: Any = None) -> None:
+    """Trace every task ``app`` sends and runs (call where ``app`` is defined)."""
+    from celery import signals
+
+    del app  # Celery's signals are process-wide; the argument documents the intent.
+    hooks = _Hooks(trace.get_tracer("celery_simplebroker", tracer_provider=tracer_provider))
+    signals.before_task_publish.connect(hooks.before_publish, weak=False)
+    signals.after_task_publish.connect(hooks.after_publish, weak=False)
+    signals.task_prerun.connect(hooks.prerun, weak=False)
+    signals.task_failure.connect(hooks.failure, weak=False)
+    signals.task_postrun.connect(hooks.postrun, weak=False)
