@@ -130,6 +130,7 @@ class Presence:
         self.every = max(MIN_BEAT_SECONDS, interval)
         self.ttl = TTL_BEATS * self.every
         self._next = 0.0  #: monotonic time of the next record
+        self._sent: frozenset[str] = frozenset()  #: the tokens the last record listed
 
     def record(self, tokens: list[str], renewals: int, failures: int) -> dict[str, Any]:
         """Return the record of one beat."""
@@ -150,11 +151,17 @@ class Presence:
         return record
 
     def beat(self, tokens: list[str], renewals: int, failures: int) -> None:
-        """Store this beat's record (one round trip) when one is due."""
+        """Store this beat's record (one round trip) when one is due.
+
+        One is due every ``every`` seconds, and at the heartbeat's next beat
+        after the held tokens changed (so a page shows who holds a message
+        within one heartbeat interval of its reservation).
+        """
         now = time.monotonic()
-        if now < self._next:
+        held = frozenset(tokens)
+        if now < self._next and held == self._sent:
             return
-        self._next = now + self.every
+        self._next, self._sent = now + self.every, held
         if os.getpid() != self.pid:  # a forked child is a worker of its own
             self.pid = os.getpid()
             self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Final
 
 try:
@@ -133,14 +134,27 @@ class _Hooks:
         span.end()
 
 
-def install(app: Any, tracer_provider: Any = None) -> None:
-    """Trace every task ``app`` sends and runs (call where ``app`` is defined)."""
+def install(app: Any, tracer_provider: Any = None) -> Callable[[], None]:
+    """Trace every task ``app`` sends and runs (call where ``app`` is defined).
+
+    Returns the function that disconnects the hooks again.
+    """
     from celery import signals
 
     del app  # Celery's signals are process-wide; the argument documents the intent.
     hooks = _Hooks(trace.get_tracer("celery_simplebroker", tracer_provider=tracer_provider))
-    signals.before_task_publish.connect(hooks.before_publish, weak=False)
-    signals.after_task_publish.connect(hooks.after_publish, weak=False)
-    signals.task_prerun.connect(hooks.prerun, weak=False)
-    signals.task_failure.connect(hooks.failure, weak=False)
-    signals.task_postrun.connect(hooks.postrun, weak=False)
+    connected = [
+        (signals.before_task_publish, hooks.before_publish),
+        (signals.after_task_publish, hooks.after_publish),
+        (signals.task_prerun, hooks.prerun),
+        (signals.task_failure, hooks.failure),
+        (signals.task_postrun, hooks.postrun),
+    ]
+    for signal, handler in connected:
+        signal.connect(handler, weak=False)
+
+    def uninstall() -> None:
+        for signal, handler in connected:
+            signal.disconnect(handler)
+
+    return uninstall

@@ -221,13 +221,28 @@ async def _perform(
     if not isinstance(target, str):
         raise ValueError("requeue needs a target queue")
     validate_queue_name(target)
-    ids = body.get("ids")
-    if ids is not None and (
-        not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids)
-    ):
-        raise ValueError("ids must be a list of message ids, or null for all")
+    raw = body.get("ids")
+    ids = None if raw is None else _message_ids(raw)
     moved = await runner.run(dead_letter_requeue(queue, target, ids))
     return {"action": "requeue", "queue": queue, "target": target, "moved": moved}
+
+
+def _message_ids(raw: object) -> list[int]:
+    """Return the IDs of a request: digit strings, or integers.
+
+    Pages send strings: JavaScript's numbers lose 19-digit IDs.
+    """
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("ids must be a non-empty list of message ids, or null for all")
+    ids = []
+    for item in raw:
+        if isinstance(item, str) and item.isdigit():
+            ids.append(int(item))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            ids.append(item)
+        else:
+            raise ValueError(f"not a message id: {item!r}")
+    return ids
 
 
 def _queue_json(

@@ -259,7 +259,7 @@ function messageTable(state, part, dead) {
     if (dead) {
       cells.push(el("td", { class: "reason" }, m.reason || ""));
       cells.push(el("td", {}, actions ? el("button", { class: "primary requeue-one",
-        onclick: () => requeue(openQueue, requeueTarget(), [Number(m.id)], m.id) }, "Requeue") : ""));
+        onclick: () => requeue(openQueue, requeueTarget(), [m.id], m.id) }, "Requeue") : ""));
     }
     body.append(el("tr", { dataset: { id: m.id } }, ...cells));
   }
