@@ -5,7 +5,9 @@ Configured by environment: ``SIMPLEBROKER_REDIS_URL``, ``OPS_NS`` (namespace),
 OpenTelemetry spans are written to, one JSON object a line),
 ``OPS_TASKIQ_METRICS_PORT`` / ``OPS_CELERY_METRICS_PORT`` (Prometheus ports of
 the workers), ``OPS_MARKER`` (the ``flaky`` task rejects its message while
-this file is missing).
+this file is missing). The ``slow`` tasks run until the test creates
+``release-<tag>`` beside the log (at most 60 s), so a test sees them
+running however slow the machine is.
 """
 
 from __future__ import annotations
@@ -105,10 +107,16 @@ if os.environ.get("OPS_WORKER") == "taskiq":
     )
 
 
+def released(tag: str) -> bool:
+    return (Path(LOG).parent / f"release-{tag}").exists()
+
+
 @broker.task(task_name="ops.slow")
-async def slow(seconds: float, tag: str) -> str:
+async def slow(tag: str) -> str:
     note("taskiq-start", tag)
-    await asyncio.sleep(seconds)
+    deadline = time.monotonic() + 60
+    while not released(tag) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     note("taskiq-done", tag)
     return tag
 
@@ -146,8 +154,10 @@ if os.environ.get("OPS_WORKER") == "celery":
 
 
 @app.task(name="ops.celery_slow")
-def celery_slow(seconds: float, tag: str) -> str:
+def celery_slow(tag: str) -> str:
     note("celery-start", tag)
-    time.sleep(seconds)
+    deadline = time.monotonic() + 60
+    while not released(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
     note("celery-done", tag)
     return tag
