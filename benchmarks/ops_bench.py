@@ -41,12 +41,6 @@ NO_COUNTERS = (
 )
 
 
-def _fcall_stats(client: redis.Redis) -> tuple[int, int]:
-    stats = client.info("commandstats")
-    row = stats.get("cmdstat_fcall", {})
-    return int(row.get("calls", 0)), int(row.get("usec", 0))
-
-
 def _two_libraries() -> tuple[str, str, str]:
     """Return (shipped prefix, emptied prefix, emptied library text)."""
     from simplebroker_redis import scripts

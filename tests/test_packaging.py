@@ -41,3 +41,13 @@ def test_version_is_newer_than_the_unrelated_package_of_that_name(wheel):
     import taskiq_simplebroker
 
     assert taskiq_simplebroker.__version__ == version("simplebroker-redis") == declared
+
+
+def test_the_dashboards_page_ships_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    for asset in ("index.html", "app.js", "app.css"):
+        assert f"simplebroker_redis/dashboard/static/{asset}" in names
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    extras = wheel.read(metadata).decode()
+    for extra in ("metrics", "dashboard", "otel"):
+        assert f"Provides-Extra: {extra}" in extras
