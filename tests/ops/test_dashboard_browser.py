@@ -274,3 +274,37 @@ def test_one_trace_runs_from_the_producer_through_each_worker(
         assert consumer["kind"] == "CONSUMER"
         assert consumer["parent_id"] == f"{producer.context.span_id:016x}"
         assert producer.kind.name == "PRODUCER"
+
+
+def test_a_celery_worker_sends_its_lease_counts_as_events(
+    ops: Ops, celery_worker: dict[str, Any]
+) -> None:
+    """``worker -E``: a worker-simplebroker event follows each worker heartbeat."""
+    import threading
+
+    app = celery_app(ops)
+    got: list[dict[str, Any]] = []
+    try:
+        app.send_task("ops.celery_slow", ("ev-1",), queue="celery")
+        wait_for(lambda: ["ev-1"] in events(ops.log, "celery-start"), 30, "the task's start")
+        with app.connection_for_read() as conn:
+
+            def on_event(event: dict[str, Any]) -> None:
+                if event["running"] >= 1 and event["renewals"] >= 1:
+                    got.append(event)
+                    monitor.should_stop = True
+
+            monitor = app.events.Receiver(conn, handlers={"worker-simplebroker": on_event})
+            watchdog = threading.Timer(30, setattr, (monitor, "should_stop", True))
+            watchdog.start()
+            try:
+                monitor.capture(limit=None, timeout=None, wakeup=False)
+            finally:
+                watchdog.cancel()
+    finally:
+        (ops.dir / "release-ev-1").touch()
+        app.close()
+    assert got, "no worker-simplebroker event saw the running task within 30 s"
+    event = got[0]
+    assert event["hostname"].startswith("ops-")
+    assert {"renew_failures", "leases_lost", "recovered"} <= set(event)
