@@ -84,10 +84,7 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
     core = RedisBrokerCore(runner)
     leases = Leases(runner)
     client = redis.Redis.from_url(url)
-    totals = {
-        mode: {op: {"n": 0, "cpu": 0.0, "wall": 0.0} for op in OPS}
-        for mode in MODES
-    }
+    totals = {mode: {op: {"n": 0, "cpu": 0.0, "wall": 0.0} for op in OPS} for mode in MODES}
     try:
         core.write("warm", BODY)  # loads the shipped library, initializes the namespace
         client.function_load(empty_text, replace=True)
