@@ -162,7 +162,9 @@ class LeaseHeartbeat:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-        if thread is not None:
+        if thread is not None and not self._failing:
+            # A server that failed the last beat would only delay the stop:
+            # the record then expires by itself.
             self.presence.leave()
 
     def _run(self) -> None:
