@@ -67,6 +67,8 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
     one process, one connection and one namespace run both, interleaved
     finely enough that the machine's changing load hits both alike.
     """
+    from simplebroker import resolve_config
+
     from simplebroker_redis import RedisRunner
     from simplebroker_redis import scripts as scripts_module
     from simplebroker_redis.core import RedisBrokerCore
@@ -81,7 +83,9 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
                 module.function_name = lambda op: current["prefix"] + op  # type: ignore[attr-defined]
     namespace = f"bench-ops-{uuid.uuid4().hex[:8]}"
     runner = RedisRunner(url, namespace=namespace)
-    core = RedisBrokerCore(runner)
+    # No automatic vacuum: it would run inside whichever build's block it
+    # fell in, and weigh on that one.
+    core = RedisBrokerCore(runner, config=resolve_config(override={"BROKER_AUTO_VACUUM": 0}))
     leases = Leases(runner)
     client = redis.Redis.from_url(url)
     totals = {mode: {op: {"n": 0, "cpu": 0.0, "wall": 0.0} for op in OPS} for mode in MODES}
