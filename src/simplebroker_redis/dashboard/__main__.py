@@ -84,7 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     app = create_app(async_runner(target), allow_actions=args.allow_actions, token=token)
-    config = uvicorn.Config(app, host=args.bind, port=args.port, log_level="warning")
+    # Event streams never end by themselves: give open pages 3 s, then close them.
+    config = uvicorn.Config(
+        app, host=args.bind, port=args.port, log_level="warning", timeout_graceful_shutdown=3
+    )
     server = uvicorn.Server(config)
     mode = "actions allowed" if args.allow_actions else "read-only"
     print(f"dashboard of {target.describe()} (from {target.source}), {mode}", flush=True)

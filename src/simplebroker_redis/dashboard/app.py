@@ -58,6 +58,9 @@ COOKIE: Final[str] = "sbr_dashboard"
 #: Header every action must carry.
 ACTION_HEADER: Final[str] = "x-dashboard-action"
 
+#: Most seconds the stop waits for the reader and the pools to close.
+SHUTDOWN_SECONDS: Final[float] = 5.0
+
 #: Seconds between comment lines on an idle event stream (keeps proxies open).
 KEEPALIVE_SECONDS: Final[float] = 15.0
 
@@ -191,8 +194,11 @@ def create_app(
         try:
             yield
         finally:
-            await board.live.close()
-            await runner.aclose()
+            # Bounded: a server that went away must not hold up the stop.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHUTDOWN_SECONDS):
+                    await board.live.close()
+                    await runner.aclose()
 
     routes = [
         Route("/", board.index),
