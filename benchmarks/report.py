@@ -226,6 +226,16 @@ def budgets(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "unmeasured" if gap is None else ("met" if gap <= limit else "missed"),
         )
     out.extend(issue13_budgets(summary))
+    counters = summary.get("operations", {}).get("counters", {}).get("ops", {})
+    for op, row in counters.items():
+        value = row.get("cpu_overhead_pct")
+        add(
+            "34",
+            f"script counters: {op} costs the server <= 3 % more CPU",
+            value,
+            "-" if value is None else f"{value:+.1f} %",
+            _verdict(value, 3.0),
+        )
     return out
 
 

@@ -66,15 +66,23 @@ def sb(open_core: Callable[..., BrokerConnection]) -> BrokerConnection:
     return open_core(AUTO_VACUUM=0)
 
 
+#: Fixed keys that record what happened rather than what is stored.
+OPERATIONS_KEYS = frozenset({"counters", "workers"})
+
+
 def stored(raw: redis.Redis, namespace: str) -> dict[str, Any]:
     """Return every fixed key of ``namespace`` that exists, decoded by type.
 
     Sorted sets become lists of members (lex order, as stored), except ``due``
-    and ``leases`` whose scores matter; hashes become dicts.
+    and ``leases`` whose scores matter; hashes become dicts. The operations
+    keys (``counters``, ``workers``) are left out: they say what happened,
+    not what is stored, and tests/ops checks them.
     """
     keys = Keyspace.for_namespace(namespace)
     out: dict[str, Any] = {}
     for name, key in zip(SHORT_NAMES, keys.fixed_keys, strict=True):
+        if name in OPERATIONS_KEYS:
+            continue
         kind = raw.type(key)
         if kind == "zset":
             if name in ("due", "leases"):

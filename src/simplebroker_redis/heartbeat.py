@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
 
 from .leases import Leases
 from .runner import RedisRunner
+from .workers import Presence, notify, worker_kind
 
 #: Seconds between attempts while the server cannot be reached.
 RETRY_SECONDS: Final[float] = 0.5
@@ -102,7 +103,10 @@ class LeaseHeartbeat:
             else must stay alive at the same pace (Celery's bindings).
         logger: Where outages and recoveries are reported (one warning per
             outage).
-        name: The thread's name.
+        name: The thread's name (its first word, ``taskiq`` or ``celery``,
+            names the framework in the worker's record).
+        describe: More fields for the worker's heartbeat record (see
+            :class:`~.workers.Presence`); every beat also stores the record.
 
     """
 
@@ -118,6 +122,7 @@ class LeaseHeartbeat:
         on_beat: Callable[[], None] | None = None,
         logger: logging.Logger,
         name: str,
+        describe: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._runner = runner
         self._holdings = holdings
@@ -132,7 +137,16 @@ class LeaseHeartbeat:
         self._thread: threading.Thread | None = None
         self._failing = False
         self.renewals = 0  #: successful renew round trips (observability, tests)
+        self.renew_failures = 0  #: beats that failed (the thread retried)
         self.recovered = 0  #: messages this heartbeat recovered
+        self.kind = worker_kind(name)
+        self.presence = Presence(
+            runner,
+            kind=self.kind,
+            interval=interval,
+            lease_seconds=lease_seconds,
+            describe=describe,
+        )
 
     def start(self) -> None:
         """Start the thread (idempotent)."""
@@ -148,6 +162,10 @@ class LeaseHeartbeat:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        if thread is not None and not self._failing:
+            # A server that failed the last beat would only delay the stop:
+            # the record then expires by itself.
+            self.presence.leave()
 
     def _run(self) -> None:
         leases: Leases | None = None
@@ -159,6 +177,7 @@ class LeaseHeartbeat:
                     leases = Leases(self._runner)  # validates the namespace once
                 if now >= next_renew:
                     self._renew(leases)
+                    self.presence.beat(self._holdings.tokens(), self.renewals, self.renew_failures)
                     if self._on_beat is not None:
                         self._on_beat()
                     next_renew = now + self._interval
@@ -174,6 +193,8 @@ class LeaseHeartbeat:
                 else:
                     self._logger.debug("lease heartbeat still failing: %s", exc)
                 self._failing = True
+                self.renew_failures += 1
+                notify("renew_failed", self.kind)
                 # Renewal is what keeps running work ours: try again soon.
                 next_renew = next_recover = now + RETRY_SECONDS
             self._stop.wait(max(0.0, min(next_renew, next_recover) - time.monotonic()))
@@ -184,12 +205,14 @@ class LeaseHeartbeat:
             return
         gone = leases.renew(tokens, self._lease_seconds)
         self.renewals += 1
+        notify("renewed", self.kind, len(tokens))
         if gone:
             # A token settled after the snapshot is gone too; only tokens
             # still held were really lost (their lease expired and another
             # process recovered them).
             lost = self._holdings.drop(gone)
             if lost:
+                notify("lost", self.kind, len(lost))
                 self._on_lost(lost)
 
     def _recover(self, leases: Leases) -> None:
@@ -197,6 +220,7 @@ class LeaseHeartbeat:
             recovery = leases.recover(max_tokens=RECOVER_BATCH)
             if recovery.released:
                 self.recovered += recovery.released
+                notify("recovered", self.kind, recovery.released)
                 self._logger.warning(
                     "recovered %d message(s) from %d expired reservation(s) of a stopped worker",
                     recovery.released,

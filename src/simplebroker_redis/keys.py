@@ -64,6 +64,8 @@ FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("dead_letters", "stream"),
     ("schedule_runs", "hash"),
     ("schedule_claims", "hash"),
+    ("workers", "hash"),
+    ("counters", "hash"),
     ("schedules", "hash"),
 )
 
@@ -129,6 +131,8 @@ class Keyspace:
     dead_letters: str  #: stream: messages dead-lettered after max deliveries, until reported
     schedule_runs: str  #: hash: schedule id -> its last claimed run (Taskiq)
     schedule_claims: str  #: hash: "<schedule id> <run>" -> claimed, not yet sent (Taskiq)
+    workers: str  #: hash: worker id -> "<beat µs> <JSON record>" (heartbeats)
+    counters: str  #: hash: "<queue> <event>" -> messages counted by the scripts
     schedules: str  #: hash: schedule id -> JSON schedule (Taskiq)
     wake_prefix: str  #: Pub/Sub channel prefix; append a queue name
 

@@ -85,6 +85,10 @@ ScriptName = Literal[
     "celery_chord_part",
     "celery_chord_dispatch",
     "celery_store",
+    "depths",
+    "inspect",
+    "dead_letter_requeue",
+    "worker_beat",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
@@ -192,7 +196,7 @@ def script_body(name: str) -> str:
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
 READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
-    {"peek", "stats", "probe", "find", "dead_letters", "schedule_list"}
+    {"peek", "stats", "probe", "find", "dead_letters", "schedule_list", "depths", "inspect"}
 )
 
 

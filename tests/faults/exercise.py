@@ -17,10 +17,11 @@ from typing import Any
 
 from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 
-from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
+from simplebroker_redis import Leases, RedisRunner, opcalls, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import ValueWrite
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.observe import read_namespace
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,21 @@ def _reservations(core: RedisBrokerCore, n: Names) -> None:
     lease = leases.reserve(n.main, 5, 30)
     leases.reject(lease.token, None, n.dead)
     leases.deliveries(stale.ids[0])
+    _operations(core, n)
     core.delete(n.dead)
+
+
+def _operations(core: RedisBrokerCore, n: Names) -> None:
+    """The scripts of the exporter, the dashboard and the worker heartbeats."""
+    runner = core.runner
+    state = read_namespace(runner)
+    assert n.dead in {depth.queue for depth in state.queues}
+    view = runner.run(opcalls.inspect(n.dead, 10, journal=True))
+    first = view.states[0].messages[0].id
+    moved = runner.run(opcalls.dead_letter_requeue(n.dead, n.other, [first]))
+    assert moved == 1
+    assert runner.run(opcalls.worker_beat("worker-1", {"pid": 1}, 30)) >= 1
+    assert runner.run(opcalls.worker_beat("worker-1", None, 30)) == 0
 
 
 def _waiters(url: str, options: dict[str, Any], core: RedisBrokerCore, n: Names) -> None:

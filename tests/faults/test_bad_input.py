@@ -550,7 +550,7 @@ def test_a_result_with_the_next_reservation_refuses_a_wrong_typed_key(redis_url,
             # claimed (an acknowledgement deletes) and what reservations never use.
             untouched = {
                 *("meta", "delayed", "claimed", "aliases", "dead_letters"),
-                *("schedule_runs", "schedule_claims", "schedules"),
+                *("schedule_runs", "schedule_claims", "workers", "counters", "schedules"),
             }
             assert short in untouched
             assert stored.settlement.settled == 1

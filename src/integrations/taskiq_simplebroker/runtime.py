@@ -34,6 +34,7 @@ from typing import Any
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.priorities import priority_queue
 
 from .commit import Committer, ResultWrite
 from .deadletters import DeadLetterEntry, DeadLetterWatch
@@ -125,6 +126,10 @@ class Runtime:
         self.dead_letter_queue = dead_letter_queue
         self.holdings = Holdings()
         self.committer = Committer(runner, on_written=self._written, busy=self.holdings.busy)
+        # Shown in the worker's heartbeat record: the queues, not each priority queue.
+        names = [queue for queue, _ in sources]
+        levels = {priority_queue(base, p) for base in names for p in range(1, 10)}
+        listened = [queue for queue in names if queue not in levels]
         # The heartbeat reuses the runner's synchronous twin: its pool is
         # separate from the asyncio pool, so it gets its own connection.
         self.heartbeat = LeaseHeartbeat(
@@ -136,6 +141,7 @@ class Runtime:
             on_lost=self._lost,
             logger=logger,
             name="taskiq-simplebroker-heartbeat",
+            describe=lambda: {"queues": listened},
         )
         self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
             weakref.WeakKeyDictionary()

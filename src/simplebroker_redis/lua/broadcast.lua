@@ -1,6 +1,6 @@
 -- broadcast.lua: select target queues and insert one copy of a message into
 -- each, in one non-interleaved step.
--- uses: guard, members, ids
+-- uses: guard, members, ids, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 body, 3 mode: 'all' (every queue in the registry
 --       now), 'existing' (the given names that are registered now), 'create'
@@ -33,6 +33,7 @@ for i, queue in ipairs(targets) do
   redis.call('HSET', K_BODIES, ids[i], body)
   redis.call('ZADD', K_PENDING, 0, mem(queue, ids[i]))
   register(queue)
+  count_event(queue, 'enqueued', 1)
 end
 redis.call('HSET', K_META, 'last_ts', ids[#ids])
 for _, queue in ipairs(targets) do wake(queue) end

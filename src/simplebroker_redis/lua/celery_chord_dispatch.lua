@@ -4,7 +4,7 @@
 -- (celery_simplebroker/staging.py), so a worker that dies at any point
 -- either sent the body and marked the chord done, or did neither: the part
 -- holding the claim dispatches again when its task runs again.
--- uses: guard, members, bulk, ids, celery
+-- uses: guard, members, bulk, ids, celery, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the parts seen (set), 2 the dispatch claim (string), as in
 --       celery_chord_part.lua.
@@ -51,6 +51,7 @@ end
 -- The first write: a wrong-typed pending set fails here, before anything changed.
 zadd_all(K_PENDING, pending)
 hset_all(K_BODIES, fields)
+count_members(pending, 'enqueued')
 for i, queue in ipairs(order) do
   if not known[i] then register(queue) end
 end

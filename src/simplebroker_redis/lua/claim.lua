@@ -1,6 +1,6 @@
 -- claim.lua: exactly-once claim (pending -> claimed) or move (-> target queue)
 -- of up to `limit` messages of one queue, in one step.
--- uses: guard, members, bulk, upkeep
+-- uses: guard, members, bulk, upkeep, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 op ('claim'|'move'), 4 target ('' unless
 --       move), 5 limit, 6 order ('oldest'|'newest'), 7 after ('' or 19
@@ -53,6 +53,7 @@ end
 if op == 'claim' then
   zadd_all(K_CLAIMED, from_pending)
   zrem_all(K_PENDING, from_pending)
+  count_event(queue, 'acknowledged', #from_pending)
 else
   zrem_all(K_PENDING, from_pending)
   zrem_all(K_CLAIMED, from_claimed)

@@ -1,6 +1,6 @@
 -- insert.lua: insert pending messages with exact, caller-supplied IDs and
 -- raise the high-water mark above them, all or nothing.
--- uses: guard, members, ids
+-- uses: guard, members, ids, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 required last_ts (19 digits), then triples
 --       (queue, 19-digit id, body) from ARGV[3].
@@ -19,6 +19,7 @@ for i = 3, #ARGV, 3 do
   local queue, id = ARGV[i], ARGV[i + 1]
   redis.call('HSET', K_BODIES, id, ARGV[i + 2])
   redis.call('ZADD', K_PENDING, 0, mem(queue, id))
+  count_event(queue, 'enqueued', 1)
   if not queues[queue] then
     queues[queue] = true
     order[#order + 1] = queue

@@ -1,6 +1,6 @@
 -- write.lua: allocate an ID and add one message, optionally trimming the
 -- queue's pending window (keep_newest) or delaying visibility.
--- uses: guard, members, bulk, ids, upkeep, time
+-- uses: guard, members, bulk, ids, upkeep, time, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
 --       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
@@ -69,6 +69,7 @@ if displaced.delayed and #displaced.delayed > 0 then
   zrem_all(K_DUE, displaced.delayed)
   zadd_all(K_CLAIMED, displaced.delayed)
 end
+count_event(queue, 'enqueued', 1)
 wake(queue)
 maintain(ARGV[7])
 return id

@@ -1,6 +1,6 @@
 -- write_batch.lua: add several messages (any queues) in one step, all or
 -- nothing: the group commit of concurrent asyncio writers (AsyncMessages).
--- uses: guard, members, bulk, ids, time
+-- uses: guard, members, bulk, ids, time, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 candidate ID of the first message (client clock,
 --       19 digits), then triples (queue, body, delay in us; '0' = now).
@@ -48,6 +48,8 @@ if #later > 0 then
   end
 end
 hset_all(K_BODIES, fields)
+count_members(pending, 'enqueued')
+for _, i in ipairs(later) do count_event(ARGV[3 * i], 'enqueued', 1) end
 for i, queue in ipairs(order) do
   if not known[i] then register(queue) end
 end

@@ -1,6 +1,6 @@
 -- lib/reservations.lua: tokens, their records, settling, releasing and
 -- recovering reserved messages.
--- uses: guard, members, bulk
+-- uses: guard, members, bulk, counters
 --
 -- A reservation is a token: tokens[token] holds its JSON record {q, t, c,
 -- d, l, m, x} (queue, move target, created us, deadline us or -1, lease us,
@@ -96,6 +96,7 @@ local function reserve_members(token, record, members, ids, bodies, counts, out)
   hset_all(K_DELIVERIES, delivered)
   zadd_all(K_TOKEN_IDS, links)
   redis.call('HSET', K_TOKENS, token, cjson.encode(record))
+  count_event(record.q, 'delivered', #ids)
   if tonumber(record.d) >= 0 then redis.call('ZADD', K_LEASES, record.d, token) end
 end
 
@@ -153,8 +154,11 @@ end
 -- them pending in `target`. IDs the token no longer holds are lost.
 local function settle_plan(token, record, mode, target, ids)
   local done = held_ids(token, record.q, ids)
+  -- A move to the reservation's dead-letter queue is a rejection: counted as dead-lettered.
+  local event = 'acknowledged'
+  if mode == 'move' and target ~= '' and target == record.x then event = 'dead_lettered' end
   return {token = token, queue = record.q, mode = mode, target = target, done = done,
-    lost = #ids - #done}
+    lost = #ids - #done, event = event}
 end
 
 -- Check every key the plans write without having read it, count each
@@ -217,6 +221,7 @@ local function settle_apply(plan)
       wake(plan.target)
     end
   end
+  count_event(queue, plan.event, #done)
   if plan.links.left <= 0 then drop_token(token) end
   return #done, plan.lost
 end
@@ -251,7 +256,8 @@ end
 -- that used up the record's max deliveries goes to its dead-letter queue,
 -- and an entry in the dead-letter journal says so.
 -- The caller ran check_reservation_keys(). Returns the number moved.
-local function release_ids(token, record, ids, due, undeliver)
+-- `event` names what the moved ones are counted as ('released' unless given).
+local function release_ids(token, record, ids, due, undeliver, event)
   local queue = record.q
   local max_deliveries = tonumber(record.m or '0') or 0
   local owned = held_ids(token, queue, ids)
@@ -296,6 +302,7 @@ local function release_ids(token, record, ids, due, undeliver)
       zadd_all(K_PENDING, moved)
     end
     wake(queue)
+    count_event(queue, event or 'released', #moved)
   end
   if #dead > 0 then
     local renamed = {}
@@ -304,6 +311,7 @@ local function release_ids(token, record, ids, due, undeliver)
     register(record.x)
     unregister_if_empty(queue)
     journal_dead_letters(queue, record.x, ids_of(dead), dead_counts)
+    count_event(queue, 'dead_lettered', #dead)
     wake(record.x)
   end
   if not redis.call('ZRANGE', K_TOKEN_IDS, token_lo(token), token_hi(token),
@@ -324,7 +332,7 @@ local function recover_token(token, now, queue)
   if (queue ~= '' and record.q ~= queue) or deadline < 0 or deadline >= now then
     return -1
   end
-  return release_ids(token, record, ids_of(token_members(token)), 0, false)
+  return release_ids(token, record, ids_of(token_members(token)), 0, false, 'recovered')
 end
 
 -- Release every reservation whose lease deadline is before `now` (at most

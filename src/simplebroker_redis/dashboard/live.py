@@ -1,0 +1,198 @@
+"""The dashboard's live state: one reader per server, fanned out to every page.
+
+:class:`LiveState` reads the namespace (``depths.lua``, one round trip)
+whenever a queue's wake-up channel hears something (every script that
+makes a message pending, delayed or released publishes there; see
+:mod:`..aio.activity`), and at least every ``refresh`` seconds, for what
+publishes nothing (acknowledgements, new queues, workers' beats). Each
+reading that differs from the last goes to every connected page as a
+server-sent event; pages never poll. Readings are at most ``min_gap``
+seconds apart, so a burst of wake-ups costs one read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any, Final
+
+from ..aio.activity import AsyncActivity
+from ..aio.runner import AsyncRedisRunner
+from ..observe import NamespaceState, combine
+from ..opcalls import Snapshot, depths
+
+logger = logging.getLogger("simplebroker_redis.dashboard")
+
+#: Seconds between readings when nothing wakes the reader.
+REFRESH_SECONDS: Final[float] = 2.0
+
+#: Least seconds between two readings (a burst of wake-ups is one read).
+MIN_GAP_SECONDS: Final[float] = 0.25
+
+#: Events a slow page may fall behind by before it misses some.
+CLIENT_BACKLOG: Final[int] = 8
+
+
+async def read_state(runner: AsyncRedisRunner, page_size: int = 0) -> NamespaceState:
+    """Read the namespace with the asyncio runner (see :func:`..observe.read_namespace`)."""
+    pages: list[Snapshot] = []
+    cursor = ""
+    while True:
+        page = await runner.run(depths(cursor, page_size))
+        pages.append(page)
+        cursor = page.cursor
+        if not cursor:
+            return combine(pages)
+
+
+def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
+    """Return what a page is sent of one reading (never the target or its password)."""
+    holders: dict[str, str] = {}
+    for worker in state.workers:
+        for token in worker.info.get("tokens", ()):
+            holders[str(token)] = worker.id
+    counters: dict[str, dict[str, int]] = {}
+    for (queue, event), value in state.counters.items():
+        counters.setdefault(queue, {})[event] = value
+    queues = []
+    for depth in state.queues:
+        age = None
+        if depth.oldest_pending_us is not None:
+            age = max(0.0, (state.now_us - depth.oldest_pending_us) / 1e6)
+        queues.append(
+            {
+                "name": depth.queue,
+                "pending": depth.pending,
+                "reserved": depth.reserved,
+                "delayed": depth.delayed,
+                "claimed": depth.claimed,
+                "oldest_age": age,
+                "dead_letter": depth.queue in state.dead_letter_queues,
+                "counters": counters.get(depth.queue, {}),
+            }
+        )
+    live = {worker.id for worker in state.live_workers()}
+    workers = [
+        {
+            "id": worker.id,
+            "beat_age": max(0.0, (state.now_us - worker.beat_us) / 1e6),
+            "live": worker.id in live,
+            **{k: v for k, v in worker.info.items() if k != "tokens"},
+        }
+        for worker in sorted(state.workers, key=lambda w: w.id)
+    ]
+    return {
+        "namespace": namespace,
+        "now": state.now_us / 1e6,
+        "queues": queues,
+        "dead_letter_queues": sorted(state.dead_letter_queues),
+        "workers": workers,
+        "holders": holders,
+        "totals": _totals(counters),
+    }
+
+
+def _totals(counters: dict[str, dict[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for events in counters.values():
+        for event, value in events.items():
+            totals[event] = totals.get(event, 0) + value
+    return totals
+
+
+class LiveState:
+    """Reads the namespace on wake-ups and sends each new reading to every subscriber."""
+
+    def __init__(
+        self,
+        runner: AsyncRedisRunner,
+        *,
+        refresh: float = REFRESH_SECONDS,
+        min_gap: float = MIN_GAP_SECONDS,
+    ) -> None:
+        self._runner = runner
+        self._refresh = refresh
+        self._min_gap = min_gap
+        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self.last: str | None = None  #: the last event's data (JSON)
+        self.reads = 0  #: readings made (tests)
+
+    def subscribe(self) -> asyncio.Queue[str]:
+        """Return a queue of events for one page (the last reading first)."""
+        queue: asyncio.Queue[str] = asyncio.Queue(CLIENT_BACKLOG)
+        if self.last is not None:
+            queue.put_nowait(self.last)
+        self._subscribers.add(queue)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-live")
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
+        """Stop sending events to ``queue``."""
+        self._subscribers.discard(queue)
+
+    def changed(self) -> None:
+        """Read again at once (after an action of the dashboard itself)."""
+        self._kick.set()
+
+    async def close(self) -> None:
+        """Stop reading."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        activity: AsyncActivity | None = None
+        watched: tuple[str, ...] = ()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                started = loop.time()
+                try:
+                    state = await read_state(self._runner)
+                    self.reads += 1
+                    names = tuple(sorted(q.queue for q in state.queues))
+                    if names and names != watched:
+                        if activity is not None:
+                            await activity.close()
+                        activity = AsyncActivity(self._runner, names)
+                        await activity.start()
+                        watched = names
+                    self._publish(json.dumps(state_json(state, self._runner.keys.namespace)))
+                except Exception as exc:  # noqa: BLE001 - the reader outlives outages
+                    logger.warning("could not read the namespace: %s", exc)
+                    self._publish(json.dumps({"error": "the server could not be read"}))
+                await asyncio.sleep(max(0.0, self._min_gap - (loop.time() - started)))
+                await self._wait(activity)
+        finally:
+            if activity is not None:
+                await activity.close()
+
+    async def _wait(self, activity: AsyncActivity | None) -> None:
+        """Return on a wake-up, an action of the dashboard, or after ``refresh`` seconds."""
+        self._kick.clear()
+        waits: list[asyncio.Future[bool]] = [asyncio.ensure_future(self._kick.wait())]
+        if activity is not None:
+            waits.append(asyncio.ensure_future(activity.wait(self._refresh)))
+        done, pending = await asyncio.wait(
+            waits, timeout=self._refresh, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        del done
+
+    def _publish(self, data: str) -> None:
+        if data == self.last:
+            return
+        self.last = data
+        for queue in list(self._subscribers):
+            if queue.full():  # a page that stopped reading gets the newest state only
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+            queue.put_nowait(data)

@@ -1,0 +1,233 @@
+"""Prometheus exporter of one namespace: ``python -m simplebroker_redis.metrics``.
+
+Needs the ``metrics`` extra (``prometheus-client``). Every scrape reads
+the namespace whole with ``depths.lua`` (see :mod:`.observe`): one round
+trip however many queues it holds (``--page-size N``: one per N queues,
+to bound how long one script holds the server), plus one ``HGETALL`` of
+the counters the scripts keep. What a scrape serves:
+
+- per queue: ``simplebroker_queue_messages{state=pending|reserved|delayed|claimed}``
+  and ``simplebroker_queue_oldest_pending_age_seconds`` (age of the ID of
+  the oldest claimable message: when it was first written);
+- per dead-letter queue: ``simplebroker_dead_letter_messages`` (a queue
+  whose name ends in ``.dead``, the dead-letter queue of a live
+  reservation, one named by the counters, or ``--dead-letter-queue``);
+- ``simplebroker_queues``, ``simplebroker_workers`` (live heartbeats);
+- per queue, counters kept by the scripts themselves:
+  ``simplebroker_messages_total{event=enqueued|delivered|acknowledged|
+  released|recovered|dead_lettered}``;
+- ``simplebroker_up`` (0 when the server could not be read, the rest
+  omitted) and ``simplebroker_scrape_seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final
+
+from .observe import (
+    NamespaceState,
+    Target,
+    TargetError,
+    find_target,
+    read_namespace,
+    sync_runner,
+)
+from .runner import RedisRunner
+
+logger = logging.getLogger("simplebroker_redis.metrics")
+
+#: Port of the exporter when none is given (unassigned in Prometheus's list).
+DEFAULT_PORT: Final[int] = 9808
+
+STATES: Final[tuple[str, ...]] = ("pending", "reserved", "delayed", "claimed")
+
+
+def _require_prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise SystemExit(
+            "the exporter needs prometheus-client: install the 'metrics' extra "
+            "(pip install './simplebroker-redis[metrics]')"
+        ) from exc
+    return prometheus_client
+
+
+class NamespaceCollector:
+    """A Prometheus collector that reads the namespace at every scrape.
+
+    Args:
+        runner: The runner of the namespace (its pool is the exporter's).
+        page_size: Queues per round trip (0: all in one).
+        dead_letter_queues: Queues to report as dead-letter queues whatever
+            their name.
+
+    """
+
+    def __init__(
+        self, runner: RedisRunner, *, page_size: int = 0, dead_letter_queues: Iterable[str] = ()
+    ) -> None:
+        self._runner = runner
+        self._page_size = page_size
+        self._dead = tuple(dead_letter_queues)
+        self.last: NamespaceState | None = None  #: the last reading (tests, the CLI's log)
+
+    def describe(self) -> list[Any]:
+        """Return no descriptions: the registry must not scrape at registration."""
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """Read the namespace and yield its metric families."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        started = time.perf_counter()
+        up = GaugeMetricFamily("simplebroker_up", "1 when the namespace could be read")
+        try:
+            state = read_namespace(
+                self._runner, page_size=self._page_size, dead_letter_queues=self._dead
+            )
+        except Exception as exc:  # noqa: BLE001 - a scrape reports failure, never raises
+            logger.warning("could not read %s: %s", self._runner.where, exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        self.last = state
+        up.add_metric([], 1)
+        yield up
+        ns = self._runner.keys.namespace
+        messages = GaugeMetricFamily(
+            "simplebroker_queue_messages",
+            "Messages of a queue per state (pending: claimable now)",
+            labels=["namespace", "queue", "state"],
+        )
+        age = GaugeMetricFamily(
+            "simplebroker_queue_oldest_pending_age_seconds",
+            "Age of the oldest claimable message of a queue (since it was first written)",
+            labels=["namespace", "queue"],
+        )
+        dead = GaugeMetricFamily(
+            "simplebroker_dead_letter_messages",
+            "Messages waiting in a dead-letter queue",
+            labels=["namespace", "queue"],
+        )
+        for depth in state.queues:
+            for name in STATES:
+                messages.add_metric([ns, depth.queue, name], getattr(depth, name))
+            if depth.oldest_pending_us is not None:
+                seconds = max(0.0, (state.now_us - depth.oldest_pending_us) / 1e6)
+                age.add_metric([ns, depth.queue], seconds)
+        for name in sorted(state.dead_letter_queues):
+            held = state.queue(name)
+            dead.add_metric([ns, name], 0 if held is None else held.pending + held.delayed)
+        yield messages
+        yield age
+        yield dead
+        yield _gauge("simplebroker_queues", "Queues holding any message", ns, len(state.queues))
+        yield _gauge(
+            "simplebroker_workers", "Workers whose heartbeat is live", ns, len(state.live_workers())
+        )
+        total = CounterMetricFamily(
+            "simplebroker_messages",
+            "Messages per queue and event, counted by the scripts on the server",
+            labels=["namespace", "queue", "event"],
+        )
+        for (queue, event), value in sorted(state.counters.items()):
+            total.add_metric([ns, queue, event], value)
+        yield total
+        yield _gauge(
+            "simplebroker_scrape_round_trips",
+            "Round trips the last scrape took",
+            ns,
+            state.round_trips,
+        )
+        yield _gauge(
+            "simplebroker_scrape_seconds",
+            "Seconds the last scrape took",
+            ns,
+            time.perf_counter() - started,
+        )
+
+
+def _gauge(name: str, documentation: str, namespace: str, value: float) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(name, documentation, labels=["namespace"])
+    family.add_metric([namespace], value)
+    return family
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the command line parser of the exporter."""
+    parser = argparse.ArgumentParser(
+        prog="python -m simplebroker_redis.metrics",
+        description="Serve Prometheus metrics of one simplebroker-redis namespace.",
+    )
+    parser.add_argument(
+        "--target",
+        help="redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL "
+        "(default: the .broker.toml of this directory or above, as the broker CLI finds it)",
+    )
+    parser.add_argument("--namespace", help="namespace (default: the project's, else the default)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default 9808)")
+    parser.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--page-size",
+        type=int,
+        default=0,
+        help="queues read per round trip (0, the default: all in one)",
+    )
+    parser.add_argument(
+        "--dead-letter-queue",
+        action="append",
+        default=[],
+        metavar="QUEUE",
+        help="report QUEUE as a dead-letter queue (repeatable; names ending in .dead always are)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the exporter until interrupted."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    prometheus_client = _require_prometheus()
+    if args.page_size < 0:
+        print("--page-size must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        target: Target = find_target(args.target, args.namespace)
+    except (TargetError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    runner = sync_runner(target)
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(
+        NamespaceCollector(
+            runner, page_size=args.page_size, dead_letter_queues=args.dead_letter_queue
+        )
+    )
+    server, thread = prometheus_client.start_http_server(
+        args.port, addr=args.bind, registry=registry
+    )
+    print(
+        f"serving metrics of {target.describe()} (from {target.source}) on "
+        f"http://{args.bind}:{server.server_port}/metrics",
+        flush=True,
+    )
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        runner.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

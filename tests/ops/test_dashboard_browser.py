@@ -1,0 +1,310 @@
+"""The dashboard in headless Chromium, against a real server and real workers.
+
+A Taskiq worker and a Celery worker run opsapps.py on one namespace; the
+page must show their tasks while they run (with the worker holding each),
+follow changes without a reload, and requeue a dead-lettered task from the
+page so that it runs. The same workers serve the tests of their Prometheus
+metrics and of the trace that runs from the producer through the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opshelpers import Ops, events, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+from taskiq.kicker import AsyncKicker
+
+from simplebroker_redis import RedisRunner
+from simplebroker_redis.core import RedisBrokerCore
+from taskiq_simplebroker import SimpleBrokerTaskiqBroker
+from taskiq_simplebroker.tracing import TracingMiddleware
+
+#: Where screenshots go when asked for (``OPS_SCREENSHOTS=docs``), to update the docs.
+SHOTS = os.environ.get("OPS_SCREENSHOTS")
+
+
+def memory_tracing() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def kick_taskiq(ops: Ops, task: str, *args: Any, provider: Any = None) -> str:
+    """Send a task to the Taskiq worker; return its task id."""
+
+    async def send() -> str:
+        broker = SimpleBrokerTaskiqBroker(url=ops.url, namespace=ops.namespace, queue="taskiq")
+        if provider is not None:
+            broker = broker.with_middlewares(TracingMiddleware(tracer_provider=provider))
+        await broker.startup()
+        try:
+            sent = await AsyncKicker(task_name=task, broker=broker, labels={}).kiq(*args)
+            return str(sent.task_id)
+        finally:
+            await broker.shutdown()
+
+    # Playwright's sync API runs an event loop on this thread: send from another.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, send()).result(60)
+
+
+def celery_app(ops: Ops) -> Any:
+    from celery import Celery
+
+    import celery_simplebroker  # noqa: F401 - registers the transport
+
+    app = Celery("ops-producer")
+    app.conf.update(
+        broker_url=f"simplebroker+{ops.url}",
+        broker_transport_options={"namespace": ops.namespace},
+        broker_connection_retry_on_startup=True,
+    )
+    return app
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def cell(page: Any, table: str, queue: str, column: str) -> str:
+    return str(page.text_content(f"#{table} tr[data-queue='{queue}'] td.{column}") or "")
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / f"dashboard-{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def page(browser: Any, dashboard: str) -> Any:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.goto(dashboard + "/")
+    tab.wait_for_selector("#live.on")
+    tab.evaluate("window.loadedOnce = true")  # gone if the page were reloaded
+    yield tab
+    assert tab.evaluate("window.loadedOnce") is True, "the page was reloaded"
+    context.close()
+    assert not errors, errors
+
+
+def test_the_page_shows_running_taskiq_and_celery_tasks_with_their_workers(
+    ops: Ops, taskiq_worker: dict[str, Any], celery_worker: dict[str, Any], page: Any
+) -> None:
+    kick_taskiq(ops, "ops.slow", "tq-1")
+    app = celery_app(ops)
+    try:
+        app.send_task("ops.celery_slow", ("ce-1",), queue="celery")
+    finally:
+        app.close()
+    # Both are in flight: the page shows them reserved, without a reload.
+    page.wait_for_function(
+        """() => ['taskiq', 'celery'].every((q) => {
+             const td = document.querySelector(`#queues tr[data-queue='${q}'] td.reserved`);
+             return td && td.textContent === '1'; })""",
+        timeout=30_000,
+    )
+    wait_for(
+        lambda: events(ops.log, "taskiq-start") and events(ops.log, "celery-start"), 30, "starts"
+    )
+    # While they run: each framework's worker counts its running task.
+    running = scrape(taskiq_worker["metrics_port"])
+    assert running[("simplebroker_running_tasks", (("task_name", "ops.slow"),))] == 1
+    assert scrape(celery_worker["metrics_port"])[("simplebroker_running_tasks", ())] == 1
+    # The workers' heartbeats: both kinds are listed, and hold what they run.
+    page.wait_for_selector(f"#workers tr[data-worker='{taskiq_worker['id']}']")
+    page.wait_for_selector(f"#workers tr[data-worker='{celery_worker['id']}']")
+    assert (
+        page.text_content(f"#workers tr[data-worker='{taskiq_worker['id']}'] td.kind") == "taskiq"
+    )
+    shot(page, "overview")
+    page.click("#queues tr[data-queue='taskiq']")
+    holder = page.wait_for_selector("#detail table.messages.reserved td.holder")
+    assert holder.text_content() == taskiq_worker["id"]
+    shot(page, "queue")
+    page.click("#queues tr[data-queue='celery']")
+    page.wait_for_function(
+        f"""() => {{ const td = document.querySelector('#detail table.messages.reserved td.holder');
+                  return td && td.textContent === {json.dumps(celery_worker["id"])}; }}""",
+        timeout=30_000,
+    )
+    # Both finish: the page follows, still without a reload.
+    for tag in ("tq-1", "ce-1"):
+        (ops.dir / f"release-{tag}").touch()
+    wait_for(lambda: events(ops.log, "taskiq-done") and events(ops.log, "celery-done"), 30, "ends")
+    page.wait_for_function(
+        """() => ['taskiq', 'celery'].every((q) => {
+             const td = document.querySelector(`#queues tr[data-queue='${q}'] td.reserved`);
+             return !td || td.textContent === '0'; })""",
+        timeout=30_000,
+    )
+    renewals = scrape(taskiq_worker["metrics_port"])
+    assert renewals[("simplebroker_lease_renewals_total", ())] >= 1  # it ran for beats of 0.3 s
+    assert renewals[("simplebroker_running_tasks", (("task_name", "ops.slow"),))] == 0
+    assert scrape(celery_worker["metrics_port"])[("simplebroker_lease_renewals_total", ())] >= 1
+
+
+def test_new_messages_appear_live(ops: Ops, page: Any) -> None:
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    core = RedisBrokerCore(runner)
+    try:
+        updates = int(page.evaluate("Number(document.body.dataset.updates || 0)"))
+        core.write("live.check", "one")
+        page.wait_for_selector("#queues tr[data-queue='live.check']", timeout=30_000)
+        assert cell(page, "queues", "live.check", "pending") == "1"
+        core.write("live.check", "two")
+        page.wait_for_function(
+            """() => document.querySelector("#queues tr[data-queue='live.check'] td.pending")
+                       .textContent === '2'""",
+            timeout=30_000,
+        )
+        assert int(page.evaluate("Number(document.body.dataset.updates)")) > updates
+        core.delete("live.check")
+    finally:
+        core.close()
+        runner.shutdown()
+
+
+def test_a_dead_lettered_task_is_requeued_from_the_page_and_runs(
+    ops: Ops, taskiq_worker: dict[str, Any], page: Any
+) -> None:
+    kick_taskiq(ops, "ops.flaky", "poison-1")
+    wait_for(lambda: events(ops.log, "taskiq-reject"), 30, "the task's rejection")
+    page.wait_for_selector("#dead tr[data-queue='taskiq.dead']", timeout=30_000)
+    assert cell(page, "dead", "taskiq.dead", "count") == "1"
+    page.click("#dead tr[data-queue='taskiq.dead'] button.link")
+    row = page.wait_for_selector("#detail table.messages.pending tbody tr")
+    assert row.query_selector("td.deliveries").text_content() == "1"
+    assert "rejected" in (row.query_selector("td.reason").text_content() or "")
+    assert page.input_value("#detail-actions input.target") == "taskiq"
+    shot(page, "dead-letters")
+    ops.marker.write_text("run now")  # the task succeeds from now on
+    # A cancelled confirmation changes nothing.
+    page.click("#detail button.requeue-one")
+    page.wait_for_selector("#modal:not([hidden])")
+    page.click("#modal-cancel")
+    assert cell(page, "dead", "taskiq.dead", "count") == "1"
+    page.click("#detail button.requeue-one")
+    page.click("#modal-ok")
+    assert "requeued 1 message" in page.wait_for_selector("#toast:not([hidden])").text_content()
+    wait_for(lambda: events(ops.log, "taskiq-ran"), 30, "the requeued task's run")
+    assert events(ops.log, "taskiq-ran")[0] == ["poison-1"]
+    page.wait_for_selector("#dead tr[data-queue='taskiq.dead']", state="detached", timeout=30_000)
+
+
+def test_purge_asks_first_then_deletes_every_dead_letter(ops: Ops, page: Any) -> None:
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    core = RedisBrokerCore(runner)
+    try:
+        for body in ("a", "b", "c"):
+            core.write("billing.dead", body)
+        page.wait_for_selector("#dead tr[data-queue='billing.dead']", timeout=30_000)
+        page.click("#dead tr[data-queue='billing.dead'] button.purge")
+        page.click("#modal-cancel")
+        assert len(core.peek_many("billing.dead", 10, with_timestamps=False)) == 3
+        page.click("#dead tr[data-queue='billing.dead'] button.purge")
+        page.click("#modal-ok")
+        page.wait_for_selector("#dead tr[data-queue='billing.dead']", state="detached")
+        assert core.peek_many("billing.dead", 10, with_timestamps=False) == []
+    finally:
+        core.close()
+        runner.shutdown()
+
+
+def test_one_trace_runs_from_the_producer_through_each_worker(
+    ops: Ops, taskiq_worker: dict[str, Any], celery_worker: dict[str, Any]
+) -> None:
+    from celery_simplebroker import tracing
+
+    provider, exporter = memory_tracing()
+    for tag in ("traced-tq", "traced-ce"):
+        (ops.dir / f"release-{tag}").touch()
+    kick_taskiq(ops, "ops.slow", "traced-tq", provider=provider)
+    app = celery_app(ops)
+    uninstall = tracing.install(app, tracer_provider=provider)
+    try:
+        app.send_task("ops.celery_slow", ("traced-ce",), queue="celery")
+    finally:
+        uninstall()
+        app.close()
+    sent = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(sent) == {"ops.slow send", "ops.celery_slow send"}
+
+    def worker_spans() -> dict[str, dict[str, Any]]:
+        if not ops.spans.exists():
+            return {}
+        lines = [json.loads(line) for line in ops.spans.read_text().splitlines()]
+        return {s["name"]: s for s in lines if s["attributes"].get("messaging.message.id")}
+
+    for name in ("ops.slow", "ops.celery_slow"):
+        producer = sent[f"{name} send"]
+        consumer = wait_for(
+            lambda name=name, producer=producer: next(
+                (
+                    s
+                    for s in worker_spans().values()
+                    if s["name"] == f"{name} process"
+                    and s["trace_id"] == f"{producer.context.trace_id:032x}"
+                ),
+                None,
+            ),
+            30,
+            f"the worker's span of {name}",
+        )
+        assert consumer["kind"] == "CONSUMER"
+        assert consumer["parent_id"] == f"{producer.context.span_id:016x}"
+        assert producer.kind.name == "PRODUCER"
+
+
+def test_a_celery_worker_sends_its_lease_counts_as_events(
+    ops: Ops, celery_worker: dict[str, Any]
+) -> None:
+    """``worker -E``: a worker-simplebroker event follows each worker heartbeat."""
+    import threading
+
+    app = celery_app(ops)
+    got: list[dict[str, Any]] = []
+    try:
+        app.send_task("ops.celery_slow", ("ev-1",), queue="celery")
+        wait_for(lambda: ["ev-1"] in events(ops.log, "celery-start"), 30, "the task's start")
+        with app.connection_for_read() as conn:
+
+            def on_event(event: dict[str, Any]) -> None:
+                if event["running"] >= 1 and event["renewals"] >= 1:
+                    got.append(event)
+                    monitor.should_stop = True
+
+            monitor = app.events.Receiver(conn, handlers={"worker-simplebroker": on_event})
+            watchdog = threading.Timer(30, setattr, (monitor, "should_stop", True))
+            watchdog.start()
+            try:
+                monitor.capture(limit=None, timeout=None, wakeup=False)
+            finally:
+                watchdog.cancel()
+    finally:
+        (ops.dir / "release-ev-1").touch()
+        app.close()
+    assert got, "no worker-simplebroker event saw the running task within 30 s"
+    event = got[0]
+    assert event["hostname"].startswith("ops-")
+    assert {"renew_failures", "leases_lost", "recovered"} <= set(event)
