@@ -21,9 +21,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Starts its own server (bundled Valkey, or $$SIMPLEBROKER_REDIS_SERVER).
+# Starts its own servers (bundled Valkey, or $$SIMPLEBROKER_REDIS_SERVER), one
+# set per test process. The suite spends most of its time waiting (leases
+# expiring, workers starting), so it runs in $(PYTEST_WORKERS) processes even
+# on 2 cores; a test file stays in one process (its module fixtures are
+# shared). PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= 3
 pytest: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
