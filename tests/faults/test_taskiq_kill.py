@@ -94,12 +94,21 @@ async def _run(url: str, trial: Trial, raw: redis.Redis, rng: random.Random) -> 
     if trial.number % 4 == 1:
         await asyncio.sleep(rng.uniform(0.1, 1.5))  # mostly during start-up
     else:
+        keys = Keyspace.for_namespace(trial.namespace)
         deadline = time.monotonic() + 30
         while not any(event == "start" for event, _, _ in trial.events()):
             assert time.monotonic() < deadline, "the victim never started a task"
             await asyncio.sleep(0.01)
-        # Mid-work, or (for every fourth trial) possibly after the queue ran dry.
-        await asyncio.sleep(rng.uniform(0.0, 0.4) if trial.number % 4 != 3 else rng.uniform(0.4, 2))
+        if trial.number % 4 == 3:  # possibly after the queue ran dry
+            await asyncio.sleep(rng.uniform(0.4, 2))
+        else:
+            # Mid-work: while it holds tasks. Waiting for a reservation, not a
+            # fixed delay: on a loaded machine the test's polling can lag the
+            # worker by the whole queue.
+            while not raw.zcard(keys.reserved) and raw.zcard(keys.pending):
+                assert time.monotonic() < deadline, "the victim never held a task"
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(rng.uniform(0.0, 0.05))
     trial.victim_pids = _group(pgid)
     stop_group(trial.victim, signal.SIGKILL)
     await asyncio.to_thread(
