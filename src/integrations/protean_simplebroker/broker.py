@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -31,9 +30,10 @@ from simplebroker_redis import ReplicationTimeout
 from . import config, reports
 from .dlq import DeadLetters
 from .groups import Groups
+from .inflight import InFlight
 from .messages import ENVELOPE_OVERHEAD, CorruptMessage, open_envelope, serialize
 from .names import Layout
-from .store import Held, Store
+from .store import Store
 
 if TYPE_CHECKING:
     from protean.domain import Domain
@@ -43,9 +43,6 @@ logger = logging.getLogger("protean_simplebroker")
 #: Longest wait of one blocking read, so a poll loop sees shutdown within a second
 #: (the same cap as Protean's Redis Streams provider).
 MAX_BLOCK_MS: Final[int] = 1000
-
-#: Handed-back copies remembered per group, so an ack after a nack still consumes.
-_RELEASED_MEMORY: Final[int] = 10_000
 
 T = TypeVar("T")
 
@@ -72,8 +69,7 @@ class SimpleBrokerBroker(BaseBroker):
         self._store_: Store | None = None
         self._groups_: Groups | None = None
         self._guard = threading.RLock()
-        self._held: dict[tuple[str, str], dict[str, Held]] = {}
-        self._released: dict[tuple[str, str], OrderedDict[str, int]] = {}
+        self._inflight = InFlight()
         self._owned: set[tuple[str, str]] = set()
         self._consumers: dict[str, set[str]] = {}
         self._max_deliveries = self.settings.max_deliveries
@@ -116,8 +112,7 @@ class SimpleBrokerBroker(BaseBroker):
             store = self._store_
             if store is None or not store.belongs_here():
                 if store is not None:  # a fork: the parent's reservations are not ours
-                    self._held.clear()
-                    self._released.clear()
+                    self._inflight.clear()
                 store = self._store_ = _make_store(self.settings, self.layout)
                 store.max_deliveries = self._max_deliveries
                 self._groups_ = Groups(store, self.layout, self.settings.copy_batch)
@@ -159,16 +154,18 @@ class SimpleBrokerBroker(BaseBroker):
 
     # -- consuming ------------------------------------------------------------------------
     def _take(self, stream: str, group: str, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """Copy new log entries into the group, then reserve up to ``count``."""
+        """Return this consumer's nacked messages first, then reserve new ones (up to ``count``)."""
         if count < 1:
             return []
+        key = (stream, group)
+        out = [(i, taken.payload) for i, taken in self._inflight.take_redeliveries(key, count)]
+        if len(out) == count:
+            return out
         state = self.groups.ensure(stream, group)
         store = self.store
         store.recover(stream, group)
         self.groups.pull(state)
-        rows = store.reserve(stream, group, count, owned=(stream, group) in self._owned)
-        out = []
-        for held, body in rows:
+        for held, body in store.reserve(stream, group, count - len(out), owned=key in self._owned):
             try:
                 identifier, payload = open_envelope(body)
             except CorruptMessage as exc:
@@ -180,8 +177,7 @@ class SimpleBrokerBroker(BaseBroker):
                 )
                 store.bury(held)
                 continue
-            with self._guard:
-                self._held.setdefault((stream, group), {})[identifier] = held
+            self._inflight.add(key, identifier, held, payload)
             out.append((identifier, payload))
         return out
 
@@ -242,61 +238,50 @@ class SimpleBrokerBroker(BaseBroker):
             waiter.wait(remaining)
 
     # -- settling ---------------------------------------------------------------------------
-    def _pop_held(self, stream: str, identifier: str, group: str) -> Held | None:
-        with self._guard:
-            return self._held.get((stream, group), {}).get(identifier)
-
-    def _forget_held(self, stream: str, identifier: str, group: str) -> None:
-        with self._guard:
-            self._held.get((stream, group), {}).pop(identifier, None)
-
     def _ack(self, stream: str, identifier: str, consumer_group: str) -> bool:
-        """Consume a message this process holds (or handed back and nobody took since)."""
-        held = self._pop_held(stream, identifier, consumer_group)
-        if held is not None:
-            done = self.store.ack(held)  # an error keeps it held: the caller may retry
-            self._forget_held(stream, identifier, consumer_group)
-            if not done:
+        """Consume a message this consumer holds; False when it holds none of that name."""
+        key = (stream, consumer_group)
+        taken = self._inflight.get(key, identifier)
+        if taken is None:
+            return False
+        done = self.store.ack(taken.held)  # an error keeps it held: the caller may retry
+        self._inflight.drop(key, identifier)
+        if not done:
+            logger.warning(
+                "message %s of %s for group %s: its reservation expired before the "
+                "acknowledgement; it may be handled again",
+                identifier,
+                stream,
+                consumer_group,
+            )
+        return done
+
+    def _nack(self, stream: str, identifier: str, consumer_group: str) -> bool:
+        """Keep the message for this consumer's next read, or dead-letter it past the limit.
+
+        Outside a Protean subscription the nack counts as a failed delivery:
+        the message's ``MAX_DELIVERIES``-th goes to the group's dead letters.
+        """
+        key = (stream, consumer_group)
+        taken = self._inflight.get(key, identifier)
+        if taken is None:
+            return False
+        most = self._max_deliveries
+        if key not in self._owned and most is not None:
+            failed = taken.held.deliveries + self.store.recorded_failures(taken.held)
+            if failed >= most:
+                buried = self.store.bury(taken.held, deliveries=failed)
+                self._inflight.drop(key, identifier)
                 logger.warning(
-                    "message %s of %s for group %s: its reservation expired before the "
-                    "acknowledgement; it may be handled again",
+                    "message %s of %s dead-lettered for group %s after %d deliveries",
                     identifier,
                     stream,
                     consumer_group,
+                    failed,
                 )
-            self._forget_records(held)
-            return done
-        with self._guard:
-            copy_id = self._released.get((stream, consumer_group), OrderedDict()).pop(
-                identifier, None
-            )
-        if copy_id is None:
-            return False
-        claimed = self.store.claim(self.layout.group(stream, consumer_group), copy_id)
-        if claimed:
-            self._forget_records(Held(stream, consumer_group, copy_id, ""))
-        return claimed
-
-    def _forget_records(self, held: Held) -> None:
-        forget = getattr(self.store, "forget_records", None)
-        if forget is not None:
-            forget(held.stream, held.group, held.copy_id)
-
-    def _nack(self, stream: str, identifier: str, consumer_group: str) -> bool:
-        """Hand a held message back to its group at once (or dead-letter it)."""
-        held = self._pop_held(stream, identifier, consumer_group)
-        if held is None:
-            return False
-        counted = (stream, consumer_group) not in self._owned
-        done = self.store.release(held, counted=counted)
-        self._forget_held(stream, identifier, consumer_group)
-        if done:
-            with self._guard:
-                memory = self._released.setdefault((stream, consumer_group), OrderedDict())
-                memory[identifier] = held.copy_id
-                while len(memory) > _RELEASED_MEMORY:
-                    memory.popitem(last=False)
-        return done
+                return buried
+        self._inflight.redeliver(key, identifier)
+        return True
 
     # -- groups -----------------------------------------------------------------------------
     def _ensure_group(self, group_name: str, stream: str | None = None) -> None:
@@ -415,9 +400,7 @@ class SimpleBrokerBroker(BaseBroker):
         """Delete every queue of this provider (its prefix) and forget what is held here."""
         store = self.store
         store.forget_holdings()
-        with self._guard:
-            self._held.clear()
-            self._released.clear()
+        self._inflight.clear()
         names = store.conn.list_queues(prefix=self.layout.all_prefix)
         for name in names:
             try:
@@ -430,7 +413,7 @@ class SimpleBrokerBroker(BaseBroker):
         """Hand back what this process holds, stop its threads, close connections."""
         with self._guard:
             store, self._store_, self._groups_ = self._store_, None, None
-            self._held.clear()
+        self._inflight.clear()
         if store is not None:
             try:
                 store.close()

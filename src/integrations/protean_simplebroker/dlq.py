@@ -202,6 +202,8 @@ class DeadLetters:
             message.pop("_dlq_metadata", None)
             self._publish(target, message)
         conn.delete_message_ids(source.queue, [message_id])
+        if source.group is not None:
+            self._store.failures.drop(base, source.group, message_id)
         logger.info("replayed dead letter %s of %s to %s", message_id, dlq_stream, target)
         return True
 
@@ -219,10 +221,14 @@ class DeadLetters:
     def purge(self, dlq_stream: str) -> int:
         """Delete every entry; return how many."""
         done = 0
+        base = dlq_stream.removesuffix(DLQ_SUFFIX)
         for source in self._sources(dlq_stream):
             ids = [message_id for _, message_id in self._rows(source)]
             for part in chunks(ids):
                 done += int(self._store.conn.delete_message_ids(source.queue, part))
+            if source.group is not None:
+                for message_id in ids:
+                    self._store.failures.drop(base, source.group, message_id)
         return done
 
     def trim(self, dlq_stream: str, min_id: str) -> int:

@@ -108,7 +108,7 @@ class RedisStore(Store):
         self.holdings.hold(lease.token, len(lease.messages))
         self.heartbeat.start()
         return [
-            (Held(stream, group, message.id, lease.token), message.body)
+            (Held(stream, group, message.id, lease.token, message.deliveries), message.body)
             for message in lease.messages
         ]
 
@@ -137,8 +137,8 @@ class RedisStore(Store):
         self.holdings.settle(held.handle)
         return done == 1
 
-    def bury(self, held: Held) -> bool:
-        """Move a held copy to the dead-letter queue (``Leases.reject``)."""
+    def _bury(self, held: Held) -> bool:
+        """Move a held copy to the dead-letter queue (``Leases.reject``, one script)."""
         dead = self.layout.dead(held.stream, held.group)
         settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
         self.holdings.settle(held.handle)
@@ -165,8 +165,13 @@ class RedisStore(Store):
             self._give_back(lease.token)
 
     def deliveries(self, copy_id: int, stream: str, group: str) -> int:
-        """Return the backend's delivery count of a copy."""
-        return int(self.leases.deliveries(copy_id))
+        """Return the backend's delivery count, or the recorded one when higher.
+
+        A consumer's redeliveries after its nacks do not reach the backend;
+        a message dead-lettered by nacks has them recorded.
+        """
+        recorded = self.failures.count(stream, group, copy_id)
+        return max(int(self.leases.deliveries(copy_id)), recorded)
 
     def held_count(self, queues: Sequence[tuple[Parsed, QueueStats]]) -> int:
         """Return reserved group copies: pending minus what a reservation could take."""

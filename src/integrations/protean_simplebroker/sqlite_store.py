@@ -34,18 +34,16 @@ from typing import Any, Final
 from simplebroker import BrokerTarget, QueueStats
 
 from .config import Settings
+from .failures import RECORD_LIMIT
 from .liveness import Liveness
 from .names import Layout, Parsed
-from .store import Held, Store, Waiter, chunks
+from .store import Held, Store, Waiter
 
 logger = logging.getLogger("protean_simplebroker")
 
 #: Shortest and longest pause between data-version checks of a blocking read.
 _FIRST_PAUSE: Final[float] = 0.002
 _LONGEST_PAUSE: Final[float] = 0.025
-
-#: Most failure records one group holds before the oldest are pruned.
-_RECORD_LIMIT: Final[int] = 10_000
 
 
 class _VersionWaiter:
@@ -109,53 +107,42 @@ class SqliteStore(Store):
         return [(Held(stream, group, copy_id, held_queue), body) for body, copy_id in rows]
 
     def ack(self, held: Held) -> bool:
-        """Delete the copy from the held queue."""
-        return self.conn.delete_message_ids(held.handle, [held.copy_id]) == 1
+        """Delete the copy from the held queue (and any failure records of it)."""
+        done = self.conn.delete_message_ids(held.handle, [held.copy_id]) == 1
+        self.failures.drop(held.stream, held.group, held.copy_id)
+        return done
 
     def release(self, held: Held, *, counted: bool) -> bool:
         """Move the copy back to its group, or to the dead letters past max deliveries."""
-        failed = self.layout.failed(held.stream, held.group)
         most = self.max_deliveries
         if counted and most is not None:
-            records = self._records(failed, held.copy_id)
-            if len(records) + 1 >= most:
-                buried = self.bury(held)
+            failed = self.failures.count(held.stream, held.group, held.copy_id) + 1
+            if failed >= most:
+                buried = self.bury(held, deliveries=failed)
                 if buried:
-                    self._drop_records(failed, records)
                     logger.warning(
                         "message %s of %s dead-lettered to %s after %d deliveries",
                         held.copy_id,
                         self.layout.group(held.stream, held.group),
                         self.layout.dead(held.stream, held.group),
-                        len(records) + 1,
+                        failed,
                     )
                 return buried
-            self.conn.write(failed, str(held.copy_id))
+            self.failures.add(held.stream, held.group, held.copy_id)
         group_queue = self.layout.group(held.stream, held.group)
         moved = self.move_exact(held.handle, group_queue, held.copy_id)
         if moved:
             self.notify(group_queue)
         return moved
 
-    def bury(self, held: Held) -> bool:
+    def _bury(self, held: Held) -> bool:
         """Move the copy to its group's dead-letter queue."""
         dead = self.layout.dead(held.stream, held.group)
         return self.move_exact(held.handle, dead, held.copy_id)
 
-    def _records(self, failed: str, copy_id: int) -> list[int]:
-        """Return the IDs of the failure records of ``copy_id``."""
-        wanted = str(copy_id)
-        return [record for body, record in self.peek(failed, _RECORD_LIMIT) if body == wanted]
-
-    def _drop_records(self, failed: str, records: Sequence[int]) -> None:
-        for part in chunks(records):
-            self.conn.delete_message_ids(failed, part)
-
-    def forget_records(self, stream: str, group: str, copy_id: int) -> None:
-        """Remove the failure records of a copy that was acknowledged."""
-        failed = self.layout.failed(stream, group)
-        if self.conn.queue_exists(failed):
-            self._drop_records(failed, self._records(failed, copy_id))
+    def recorded_failures(self, held: Held) -> int:
+        """Return the failure records of the copy (deliveries whose consumer died)."""
+        return self.failures.count(held.stream, held.group, held.copy_id)
 
     def recover(self, stream: str, group: str) -> None:
         """Move the copies of the group's dead consumers back (at most every RECOVER_SECONDS)."""
@@ -174,7 +161,7 @@ class SqliteStore(Store):
                     self._recover_queue(stream, group, queue)
 
     def _recover_queue(self, stream: str, group: str, queue: str) -> None:
-        rows = self.peek(queue, _RECORD_LIMIT)
+        rows = self.peek(queue, RECORD_LIMIT)
         for _, copy_id in rows:
             self.release(Held(stream, group, copy_id, queue), counted=True)
         if rows:
@@ -191,8 +178,8 @@ class SqliteStore(Store):
         return self.liveness.mutex(f"{self.settings.prefix}\0{stream}\0{group}")
 
     def deliveries(self, copy_id: int, stream: str, group: str) -> int:
-        """Return 1 + the failure records of a copy (a dead letter's are dropped)."""
-        return 1 + len(self._records(self.layout.failed(stream, group), copy_id))
+        """Return the failed deliveries of a copy (at least 1)."""
+        return max(1, self.failures.count(stream, group, copy_id))
 
     def held_count(self, queues: Sequence[tuple[Parsed, QueueStats]]) -> int:
         """Return the copies in held queues."""

@@ -30,6 +30,7 @@ from simplebroker import BrokerTarget, QueueStats, open_broker, resolve_config
 from simplebroker.ext import BrokerConnection
 
 from .config import Settings
+from .failures import FailureRecords
 from .names import Layout, Parsed
 
 
@@ -41,6 +42,7 @@ class Held:
     group: str
     copy_id: int  #: SimpleBroker ID of the copy (not the Protean identifier)
     handle: str  #: Redis: the reservation token; SQLite: the consumer's held queue
+    deliveries: int = 1  #: this delivery's number (reservations and redeliveries so far)
 
 
 _Rows = list[tuple[str, int]]
@@ -74,6 +76,7 @@ class Store(ABC):
         self._guard = threading.Lock()
         self._stack: contextlib.ExitStack | None = None
         self._conn: BrokerConnection | None = None
+        self.failures = FailureRecords(layout, self.peek, lambda: self.conn)
 
     # -- the shared connection -------------------------------------------------
     @abstractmethod
@@ -148,9 +151,23 @@ class Store(ABC):
         outside a Protean subscription); uncounted, it is as if never made.
         """
 
+    def bury(self, held: Held, deliveries: int | None = None) -> bool:
+        """Move a held copy straight to its group's dead-letter queue.
+
+        ``deliveries``: how many it used up, when the caller counted them
+        (kept as failure records, reported by ``dlq_list``).
+        """
+        if deliveries is not None:
+            self.failures.top_up(held.stream, held.group, held.copy_id, deliveries)
+        return self._bury(held)
+
     @abstractmethod
-    def bury(self, held: Held) -> bool:
-        """Move a held copy straight to its group's dead-letter queue."""
+    def _bury(self, held: Held) -> bool:
+        """Move a held copy to its group's dead-letter queue (one atomic step)."""
+
+    def recorded_failures(self, held: Held) -> int:
+        """Return failed deliveries of the copy stored beside it (SQLite), not in ``held``."""
+        return 0
 
     @abstractmethod
     def recover(self, stream: str, group: str) -> None:
@@ -194,10 +211,6 @@ class Store(ABC):
     def details(self) -> dict[str, Any]:
         """Return backend facts for health reports."""
         return {}
-
-    def claim(self, queue: str, copy_id: int) -> bool:
-        """Consume the pending copy ``copy_id`` of ``queue`` if nobody holds it."""
-        return self.conn.claim_one(queue, exact_timestamp=copy_id) is not None
 
     def forget_holdings(self) -> None:  # noqa: B027 - optional: SQLite keeps nothing
         """Drop what this process holds without settling it (after ``_data_reset``)."""
