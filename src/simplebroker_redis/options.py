@@ -299,7 +299,10 @@ def parse_target(target: str) -> TargetSpec:
         scheme = _SCHEMES.get(parts.scheme.lower())
         if scheme is None:
             raise _bad(target, f"use {_TARGET_FORMS}")
-        url = urlunsplit((scheme, *parts[1:]))
+        # urlunsplit would drop the "//" of a unix:// URL (it has no host),
+        # and redis-py reads "unix:/path" as no scheme at all.
+        rest = text.split("://", 1)[1] if "://" in text else None
+        url = f"{scheme}://{rest}" if rest is not None else urlunsplit((scheme, *parts[1:]))
         return TargetSpec(
             "single", url, scheme, (), parts.username, parts.password, 0, None, parts.query
         )
