@@ -301,8 +301,7 @@ def parse_target(target: str) -> TargetSpec:
             raise _bad(target, f"use {_TARGET_FORMS}")
         # urlunsplit would drop the "//" of a unix:// URL (it has no host),
         # and redis-py reads "unix:/path" as no scheme at all.
-        rest = text.split("://", 1)[1] if "://" in text else None
-        url = f"{scheme}://{rest}" if rest is not None else urlunsplit((scheme, *parts[1:]))
+        url = f"{scheme}://{rest}" if sep else urlunsplit((scheme, *parts[1:]))
         return TargetSpec(
             "single", url, scheme, (), parts.username, parts.password, 0, None, parts.query
         )
