@@ -30,8 +30,9 @@ CONSUMER = textwrap.dedent(
     seen = 0
     while seen < int(sys.argv[1]):
         for identifier, payload in broker.read_blocking("race", "g", "c", timeout_ms=500, count=7):
+            line = {"id": identifier, "n": payload["n"], "pid": os.getpid()}
             with open(log, "a") as out:
-                out.write(json.dumps({"id": identifier, "n": payload["n"], "pid": os.getpid()}) + "\\n")
+                out.write(json.dumps(line) + "\\n")
             assert broker.ack("race", identifier, "g")
         seen = sum(1 for _ in open(log))
     broker.close()
