@@ -1,8 +1,9 @@
 """Run the benchmarks: ``python benchmarks/run.py [--quick] [--only SECTION] ...``.
 
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
-``multiprocess``), ``taskiq``, ``celery`` and ``topology`` (cluster client vs
-single server, Taskiq shards on a 3-primary cluster). ``--only`` takes a comma-separated list of
+``multiprocess``), ``taskiq``, ``celery``, ``topology`` (cluster client vs
+single server, Taskiq shards on a 3-primary cluster) and ``protean`` (the
+Protean provider vs Protean's redis and inline providers). ``--only`` takes a comma-separated list of
 sections or backend parts. Each section gets its own throwaway server.
 
 Output: tables on stdout, a progress bar on stderr, every sample and summary
@@ -25,12 +26,13 @@ from typing import Any
 
 import backend
 import celery_bench
+import protean_bench
 import report
 import taskiq_bench
 import topology_bench
 from common import RESULTS_DIR, JsonLines, Progress, Server, environment
 
-SECTIONS = ("backend", "taskiq", "celery", "topology")
+SECTIONS = ("backend", "taskiq", "celery", "topology", "protean")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated sections (backend, taskiq, celery, topology) or backend parts "
+        help="comma-separated sections (backend, taskiq, celery, topology, protean) or backend parts "
         f"({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     run_backend, parts, run_taskiq, run_celery = selection(args.only)
     names = {s.strip() for s in args.only.split(",") if s.strip()}
     run_topology = not names or "topology" in names
+    run_protean = not names or "protean" in names
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = args.json or RESULTS_DIR / f"bench-{stamp}.jsonl"
     chart_path = args.chart or RESULTS_DIR / f"bench-{stamp}.png"
@@ -149,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             progress.finish()
             print(topology_bench.report(summary["topology"]), end="\n\n", flush=True)
+        if run_protean:
+            progress = Progress(protean_bench.plan_units(args.reps), "protean")
+            with Server() as server:
+                server_version = server_version or server.version()
+                summary["protean"] = protean_bench.run_section(
+                    server, reps=args.reps, quick=args.quick, progress=progress, emit=sink.write
+                )
+            progress.finish()
+            print(protean_bench.report(summary["protean"]), end="\n\n", flush=True)
     finally:
         summary["elapsed_s"] = time.monotonic() - started
         summary["environment"] = {**env, "server": server_version or "unknown"}

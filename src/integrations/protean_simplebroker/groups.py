@@ -2,10 +2,10 @@
 
 Publishing writes a message once, to its stream's log. Each group *pulls*:
 before a consumer of the group reserves, it copies log entries newer than
-the group's position into the group queue, in log order. The copy and the
-new position are one atomic step, an exact-target ``broadcast`` of the
-copy to both the group queue and the group's ``--at`` queue (whose newest
-copy is the position). Copying holds the group's copy lock (a lease on the
+the group's position into the group queue, in log order. A batch of copies
+and the new position (a record in the group's ``--at`` queue) are one
+atomic step: one ``insert_messages`` of all of them, with IDs of their own
+(:func:`copy_ids`), all written or none. Copying holds the group's copy lock (a lease on the
 group's registration message on Redis, a file lock on SQLite), so two
 consumers never copy the same entry; a consumer that dies while copying
 leaves a position that matches exactly what it copied.
@@ -23,7 +23,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .messages import envelope, envelope_id, is_registration, registration
+from simplebroker.ext import IntegrityError
+
+from .messages import envelope, is_registration, position_of, position_record, registration
 from .names import SEP, Layout
 from .store import Store
 
@@ -31,6 +33,35 @@ logger = logging.getLogger("protean_simplebroker")
 
 #: Newest messages of an ``--at`` queue read to find the position.
 _POSITION_SCAN = 8
+
+#: Records an ``--at`` queue holds before the older ones are deleted.
+_PRUNE_AT = 16
+
+#: Tries of one copy when IDs collide (practically never; see copy_ids).
+_INSERT_ATTEMPTS = 5
+
+#: SimpleBroker IDs: a nanosecond clock whose low 12 bits are a counter.
+_GRAIN_BITS = 12
+_HALF = 1 << (_GRAIN_BITS - 1)
+
+
+def copy_ids(after: int, count: int) -> list[int]:
+    """Return ``count`` increasing message IDs above ``after`` for one copy batch.
+
+    They are the upper halves (counter >= 2048) of the clock grains after
+    ``after``'s: writers take a grain's counters from 0 up, one per message
+    in the same 4 us (or, when their clock lags, one past the high-water),
+    so no writer gets near them, and ``insert_messages`` refuses the whole
+    batch, writing nothing, if one is taken anyway.
+    """
+    ids: list[int] = []
+    grain = (after >> _GRAIN_BITS) + 1
+    while len(ids) < count:
+        start = (grain << _GRAIN_BITS) | _HALF
+        ids.extend(range(start, start + min(_HALF, count - len(ids))))
+        grain += 1
+    return ids
+
 
 #: Most entries counted when reporting a group's backlog.
 BACKLOG_CAP = 10_000
@@ -106,14 +137,17 @@ class Groups:
                 yield parsed.stream, parsed.group
 
     # -- position -----------------------------------------------------------------------
-    def position(self, group: Group) -> int:
-        """Return the log ID of the newest copy the group holds (0: none yet)."""
-        rows = self._store.peek(group.at, _POSITION_SCAN, order="newest")
-        for body, _ in rows:
-            found = envelope_id(body)
+    def _position_record(self, group: Group) -> tuple[int, int]:
+        """Return (log ID the group has copied up to, ID of that position record)."""
+        for body, message_id in self._store.peek(group.at, _POSITION_SCAN, order="newest"):
+            found = position_of(body)
             if found is not None:
-                return found
-        return 0
+                return found, message_id
+        return 0, group.lock_id
+
+    def position(self, group: Group) -> int:
+        """Return the log ID of the newest entry copied into the group (0: none yet)."""
+        return self._position_record(group)[0]
 
     def backlog(self, group: Group, cap: int = BACKLOG_CAP) -> int:
         """Return how many log entries the group has not copied yet (at most ``cap``)."""
@@ -145,27 +179,39 @@ class Groups:
             group.copying.release()
 
     def _copy(self, group: Group, log: str) -> int:
-        conn = self._store.conn
-        position = self.position(group)
-        self._prune(group, position)
+        """Copy one batch and the new position in one ``insert_messages`` (all or nothing)."""
+        position, after = self._position_record(group)
         entries = self._store.peek(log, self._batch, after=position)
-        targets = [group.queue, group.at]
-        for body, log_id in entries:
-            conn.broadcast(envelope(log_id, body), queue_names=targets, create_missing=True)
-            position = log_id
-        group.position = max(group.position, position)
-        if entries:
-            self._store.notify(group.queue)
+        if not entries:
+            group.position = max(group.position, position)
+            return 0
+        for attempt in range(_INSERT_ATTEMPTS):
+            ids = copy_ids(after, len(entries) + 1)
+            records = [
+                (group.queue, envelope(log_id, body), copy_id)
+                for (body, log_id), copy_id in zip(entries, ids, strict=False)
+            ]
+            records.append((group.at, position_record(entries[-1][1]), ids[-1]))
+            try:
+                self._store.conn.insert_messages(records)
+                break
+            except IntegrityError:
+                # An ID of the batch is taken (see copy_ids): nothing was
+                # written; take IDs past everything stored and try again.
+                after = max(after, self._store.conn.refresh_last_timestamp())
+                if attempt + 1 == _INSERT_ATTEMPTS:
+                    raise
+        group.position = max(group.position, entries[-1][1])
+        self._store.notify(group.queue)
+        self._prune(group, ids[-1])
         return len(entries)
 
-    def _prune(self, group: Group, position: int) -> None:
-        """Delete the group's older position copies and extra registrations."""
-        stale = []
-        for body, message_id in self._store.peek(group.at, self._batch + 64):
-            if message_id == group.lock_id:
-                continue
-            if is_registration(body) or envelope_id(body) != position:
-                stale.append(message_id)
+    def _prune(self, group: Group, keep: int) -> None:
+        """Delete older position records and extra registrations, now and then."""
+        rows = self._store.peek(group.at, _PRUNE_AT)
+        if len(rows) < _PRUNE_AT:
+            return
+        stale = [message_id for _, message_id in rows if message_id not in (group.lock_id, keep)]
         if stale:
             self._store.conn.delete_message_ids(group.at, stale)
 

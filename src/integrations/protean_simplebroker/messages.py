@@ -8,8 +8,8 @@
   IDs of their own (a SimpleBroker ID names one message), so the wrapper is
   what lets every group report the identifier ``publish`` returned.
 - A group's **registration** (the oldest message of its ``--at`` queue)
-  names the stream and group; the newest copy is kept beside it as the
-  group's position in the log.
+  names the stream and group; beside it, ``{"at":"<log id>"}`` records how
+  far the group has copied the log (the newest one counts).
 """
 
 from __future__ import annotations
@@ -65,6 +65,21 @@ def open_envelope(body: str) -> tuple[str, dict[str, Any]]:
     if found is None or not body.endswith("}"):
         raise CorruptMessage("not a group copy")
     return found.group(1), deserialize(body[found.end() : -1])
+
+
+#: Start of a position record: the log ID a group has copied up to.
+_POSITION = re.compile(r'^\{"at":"(\d{1,20})"\}$')
+
+
+def position_record(log_id: int) -> str:
+    """Return the record of a group having copied the log up to ``log_id``."""
+    return f'{{"at":"{log_id}"}}'
+
+
+def position_of(body: str) -> int | None:
+    """Return the log ID of a position record; None for any other body."""
+    found = _POSITION.match(body)
+    return int(found.group(1)) if found else None
 
 
 def registration(stream: str, group: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final, Literal
 
 #: Separator between the encoded components of a queue name.
@@ -47,6 +48,7 @@ Kind = Literal["log", "group", "at", "dead", "failed", "held"]
 _SUFFIXES: Final[dict[str, Kind]] = {"at": "at", "dead": "dead", "failed": "failed"}
 
 
+@lru_cache(maxsize=4096)
 def encode(name: str) -> str:
     """Return ``name`` as one queue-name component (reversible, see the module doc)."""
     if not isinstance(name, str) or not name:
