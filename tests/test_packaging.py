@@ -41,3 +41,12 @@ def test_version_is_newer_than_the_unrelated_package_of_that_name(wheel):
     import taskiq_simplebroker
 
     assert taskiq_simplebroker.__version__ == version("simplebroker-redis") == declared
+
+
+def test_the_protean_provider_is_shipped_and_registered(wheel):
+    names = set(wheel.namelist())
+    assert "protean_simplebroker/broker.py" in names
+    assert "protean_simplebroker/py.typed" in names
+    [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "[protean.brokers]\nsimplebroker = protean_simplebroker.broker:register" in text

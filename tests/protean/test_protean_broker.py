@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 from protean.port.broker import BrokerCapabilities
 
+from protean_simplebroker.groups import copy_ids
 from protean_simplebroker.names import Layout
 
 STREAM = "shop::order"
@@ -241,3 +242,21 @@ def test_oversized_message_is_refused_before_anything_is_written(broker):
     with pytest.raises(Exception, match="exceeds"):
         broker.publish(STREAM, {"blob": "x" * room})
     assert broker.store.conn.list_queues(prefix="protean.") == []
+
+
+def test_copy_ids_take_the_upper_half_of_the_next_grains():
+    after = (12345 << 12) | 7
+    ids = copy_ids(after, 2050)
+    assert ids == sorted(set(ids)) and ids[0] > after
+    assert all(i & 0xFFF >= 2048 for i in ids)
+    assert {i >> 12 for i in ids} == {12346, 12347}
+
+
+def test_a_copy_whose_ids_are_taken_is_retried_past_them(broker):
+    broker._ensure_group("g", STREAM)
+    ids = publish(broker, 3)
+    group = broker.groups.ensure(STREAM, "g")
+    taken = copy_ids(group.lock_id, 4)[1]  # what the first copy would use
+    broker.store.conn.insert_messages([("protean.squatter", "x", taken)])
+    assert [i for i, _ in drain(broker, "g")] == ids
+    assert broker.store.peek("protean.squatter", 5) == [("x", taken)]
