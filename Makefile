@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery bench server clean peer-tests-protean
+.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean peer-tests-protean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ demo: install
 
 demo-celery: install
 	$(BIN)/python examples/celery_demo.py
+
+# Two Protean workers on a SQLite file (no server); DEMO_ARGS=--redis for Valkey.
+demo-protean: install
+	$(BIN)/python examples/protean_demo.py $(DEMO_ARGS)
 
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -35,7 +35,7 @@ logger = logging.getLogger("protean_simplebroker")
 _POSITION_SCAN = 8
 
 #: Records an ``--at`` queue holds before the older ones are deleted.
-_PRUNE_AT = 16
+_PRUNE_AT = 8
 
 #: Tries of one copy when IDs collide (practically never; see copy_ids).
 _INSERT_ATTEMPTS = 5
