@@ -42,7 +42,12 @@ MESSAGE: dict[str, Any] = {
     "data": {"order_id": "0" * 36, "customer": "c" * 40, "total": 1234},
     "metadata": {
         "headers": {"id": "x" * 60, "type": "Shop.OrderPlaced.v1", "time": "2026-12-03T10:00:00"},
-        "domain": {"stream_category": "shop::order", "kind": "EVENT", "version": 1, "pad": "p" * 300},
+        "domain": {
+            "stream_category": "shop::order",
+            "kind": "EVENT",
+            "version": 1,
+            "pad": "p" * 300,
+        },
     },
 }
 
@@ -57,7 +62,11 @@ def plan_units(reps: int) -> int:
 def _broker(entry: str, url: str, sqlite_dir: Path) -> BaseBroker:
     info: dict[str, Any]
     if entry == "simplebroker (Redis)":
-        info = {"provider": "simplebroker", "URI": url, "NAMESPACE": f"bench-{uuid.uuid4().hex[:8]}"}
+        info = {
+            "provider": "simplebroker",
+            "URI": url,
+            "NAMESPACE": f"bench-{uuid.uuid4().hex[:8]}",
+        }
     elif entry == "redis (Protean, Streams)":
         info = {"provider": "redis", "URI": url.rsplit("/", 1)[0] + "/3"}
     elif entry == "simplebroker (SQLite)":
@@ -80,7 +89,9 @@ def _run(broker: BaseBroker, count: int) -> dict[str, float]:
     started = time.perf_counter()
     done = 0
     while done < count:
-        for identifier, _ in broker.read_blocking(stream, group, "c1", timeout_ms=1000, count=BATCH):
+        for identifier, _ in broker.read_blocking(
+            stream, group, "c1", timeout_ms=1000, count=BATCH
+        ):
             if not broker.ack(stream, identifier, group):
                 raise RuntimeError(f"ack of {identifier} refused")
             done += 1

@@ -3,8 +3,8 @@
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
 ``multiprocess``), ``taskiq``, ``celery``, ``topology`` (cluster client vs
 single server, Taskiq shards on a 3-primary cluster) and ``protean`` (the
-Protean provider vs Protean's redis and inline providers). ``--only`` takes a comma-separated list of
-sections or backend parts. Each section gets its own throwaway server.
+Protean provider vs Protean's redis and inline providers). ``--only`` takes a
+comma-separated list of sections or backend parts. Each section gets its own throwaway server.
 
 Output: tables on stdout, a progress bar on stderr, every sample and summary
 as JSON lines (``benchmarks/results/bench-<time>.jsonl`` or ``--json``), a
@@ -41,8 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated sections (backend, taskiq, celery, topology, protean) or backend parts "
-        f"({', '.join(backend.BACKEND_PARTS)})",
+        help="comma-separated sections (backend, taskiq, celery, topology, protean) or "
+        f"backend parts ({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
     parser.add_argument("--json", type=Path, help="JSON-lines output path")

@@ -20,8 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import papp
-
-from conftest import HERE, LEASE, PYTHONPATH, read_events, wait_for
+from phelpers import HERE, LEASE, PYTHONPATH, read_events, wait_for
 
 DLQ = f"{papp.STREAM}:dlq"
 _INITIALIZED: list[bool] = []

@@ -13,7 +13,7 @@ import sys
 import textwrap
 import threading
 
-from conftest import HERE, read_events, wait_for
+from phelpers import HERE, read_events, wait_for
 
 COUNT = 200
 
