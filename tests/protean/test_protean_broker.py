@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 from protean.port.broker import BrokerCapabilities
+from simplebroker.ext import MessageError, QueueNameError
 
 from protean_simplebroker.groups import copy_ids
 from protean_simplebroker.names import Layout
@@ -239,7 +240,7 @@ def test_queue_names_map_streams_and_groups(broker):
 
 def test_oversized_message_is_refused_before_anything_is_written(broker):
     room = broker.store.max_message_size
-    with pytest.raises(Exception, match="exceeds"):
+    with pytest.raises(MessageError, match="exceeds"):
         broker.publish(STREAM, {"blob": "x" * room})
     assert broker.store.conn.list_queues(prefix="protean.") == []
 
@@ -260,3 +261,27 @@ def test_a_copy_whose_ids_are_taken_is_retried_past_them(broker):
     broker.store.conn.insert_messages([("protean.squatter", "x", taken)])
     assert [i for i, _ in drain(broker, "g")] == ids
     assert broker.store.peek("protean.squatter", 5) == [("x", taken)]
+
+
+@pytest.mark.parametrize(
+    ("stream", "message", "error"),
+    [
+        ("", {"n": 1}, ValueError),
+        ("s" * 600, {"n": 1}, QueueNameError),  # too long for a queue name
+        (STREAM, {"n": object()}, TypeError),  # not JSON
+    ],
+)
+def test_bad_publishes_are_refused_before_anything_is_written(broker, stream, message, error):
+    with pytest.raises(error):
+        broker.publish(stream, message)
+    assert broker.store.conn.list_queues(prefix="protean.") == []
+
+
+def test_bad_group_names_and_timeouts_are_refused(broker):
+    with pytest.raises(ValueError):
+        broker._ensure_group("", STREAM)
+    with pytest.raises(ValueError):
+        broker._ensure_group("g", None)
+    with pytest.raises(ValueError, match="waits >= 0 ms"):
+        broker.read_blocking(STREAM, "g", "c", timeout_ms=-1)
+    assert broker.store.conn.list_queues(prefix="protean.") == []

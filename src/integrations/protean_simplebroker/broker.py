@@ -214,8 +214,12 @@ class SimpleBrokerBroker(BaseBroker):
         count: int = 1,
     ) -> dict[str, list[tuple[str, dict[str, Any]]]]:
         """Read the first of ``streams`` (in order) that has messages, waiting on all at once."""
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be an integer >= 0, not {timeout_ms!r}")
+        # Worded without "timeout": Protean's base class would take that for
+        # a connection error, reconnect and try again.
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+            raise ValueError(f"a blocking read waits a number of milliseconds, not {timeout_ms!r}")
+        if not timeout_ms >= 0:  # also refuses NaN
+            raise ValueError(f"a blocking read waits >= 0 ms, not {timeout_ms!r}")
         result: dict[str, list[tuple[str, dict[str, Any]]]] = {stream: [] for stream in streams}
         if not streams:
             return result

@@ -63,8 +63,8 @@ def copy_ids(after: int, count: int) -> list[int]:
     return ids
 
 
-#: Most entries counted when reporting a group's backlog.
-BACKLOG_CAP = 10_000
+#: Most entries counted when reporting a group's backlog (each is read).
+BACKLOG_CAP = 1_000
 
 
 @dataclass
