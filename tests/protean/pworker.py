@@ -4,9 +4,10 @@
 (both handlers, stream subscriptions, the provider from ``PBK_*``); it logs
 ``pworker ready`` once the engine's loop is about to run.
 
-``python pworker.py take-and-die STREAM GROUP``: reserve one message of the
-group through the provider, log ``took <identifier>``, and SIGKILL itself:
-a consumer that dies holding a message (the crash loop of the tests).
+``python pworker.py take-and-die STREAM GROUP``: wait (up to 30 s) for a
+message of the group, print ``took <identifier>``, and SIGKILL itself: a
+consumer that dies holding a message (the crash loop of the tests). Exit
+status 3 when nothing came.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import papp
 
@@ -35,9 +37,14 @@ def take_and_die(stream: str, group: str) -> None:
     """Reserve one message and die holding it."""
     domain = papp.configure()
     with domain.domain_context():
-        taken = domain.brokers["default"].get_next(stream, group)
-        print(f"took {taken[0] if taken else None}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        broker = domain.brokers["default"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            taken = broker.read_blocking(stream, group, "dier", timeout_ms=1000)
+            if taken:
+                print(f"took {taken[0][0]}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(3)
 
 
 if __name__ == "__main__":

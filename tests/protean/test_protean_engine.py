@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -104,36 +103,13 @@ def test_a_killed_consumer_keeps_its_message_while_alive_and_loses_it_when_dead(
     assert done(events, "ledger") == Counter({"slow": 1, "after": 1})
 
 
-DIE = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    import papp
-    domain = papp.configure()
-    with domain.domain_context():
-        broker = domain.brokers["default"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            taken = broker.read_blocking(papp.STREAM, papp.MAILER, "dier", timeout_ms=1000)
-            if taken:
-                print("took", taken[0][0], flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-    sys.exit(3)
-    """
-)
-
-
-def test_a_message_whose_consumers_keep_dying_ends_in_the_dead_letters(
-    make_broker, worker_env, tmp_path
-):
+def test_a_message_whose_consumers_keep_dying_ends_in_the_dead_letters(make_broker, worker_env):
     broker = make_broker(MAX_DELIVERIES=2)  # as every consumer of the deployment
     [identifier] = publish_orders(broker, ("poison", "ok"))
     env = {**worker_env, "PBK_MAX_DELIVERIES": "2"}
-    script = tmp_path / "die.py"
-    script.write_text(DIE)
+    die = [sys.executable, str(HERE / "pworker.py"), "take-and-die", papp.STREAM, papp.MAILER]
     for _ in range(2):
-        dying = subprocess.run(
-            [sys.executable, str(script)], env=env, cwd=str(HERE), capture_output=True, text=True
-        )
+        dying = subprocess.run(die, env=env, cwd=str(HERE), capture_output=True, text=True)
         assert dying.returncode == -9, dying.stdout + dying.stderr
         assert dying.stdout.split() == ["took", identifier]
     broker._ensure_group(papp.MAILER, papp.STREAM)
