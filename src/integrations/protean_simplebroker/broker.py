@@ -88,7 +88,7 @@ class SimpleBrokerBroker(BaseBroker):
 
     @_max_retries.setter
     def _max_retries(self, value: int) -> None:
-        self._max_deliveries = int(value) + 1
+        self._max_deliveries = max(0, int(value)) + 1
         if self._store_ is not None:
             self._store_.max_deliveries = self._max_deliveries
 
