@@ -6,17 +6,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery bench server clean
+.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean peer-tests-protean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq,celery]'
+	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq,celery,protean]'
 	touch $@
 
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples peer
 
 typecheck: install
 	$(BIN)/mypy
@@ -46,9 +46,21 @@ demo: install
 demo-celery: install
 	$(BIN)/python examples/celery_demo.py
 
+# Two Protean workers on a SQLite file (no server); DEMO_ARGS=--redis for Valkey.
+demo-protean: install
+	$(BIN)/python examples/protean_demo.py $(DEMO_ARGS)
+
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
+# Protean's own broker tests (its capability suite, the BLOCKING_READ tests and
+# the DLQ tests of its inline and redis providers) on our provider over Redis
+# and over SQLite, beside Protean's own provider: docs/protean.md. PROTEAN_SOURCE
+# takes a Protean sdist, source tree or git directory (default: the installed
+# version's sdist, kept in .peer/). A few minutes; not part of `make test`.
+peer-tests-protean: install
+	$(BIN)/python peer/protean/run.py $(if $(PROTEAN_SOURCE),--protean $(PROTEAN_SOURCE))
+
 clean:
-	rm -rf $(VENV) .demo .server .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

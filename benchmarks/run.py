@@ -2,10 +2,11 @@
 
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
 ``multiprocess``), ``taskiq``, ``celery``, ``topology`` (cluster client vs
-single server, Taskiq shards on a 3-primary cluster) and ``operations`` (what
-the script counters cost per operation, a scrape of 10,000 queues). ``--only``
-takes a comma-separated list of sections or backend parts. Each section gets
-its own throwaway server.
+single server, Taskiq shards on a 3-primary cluster), ``operations`` (what
+the script counters cost per operation, a scrape of 10,000 queues) and
+``protean`` (the Protean provider vs Protean's redis and inline providers).
+``--only`` takes a comma-separated list of sections or backend parts. Each
+section gets its own throwaway server.
 
 Output: tables on stdout, a progress bar on stderr, every sample and summary
 as JSON lines (``benchmarks/results/bench-<time>.jsonl`` or ``--json``), a
@@ -28,12 +29,13 @@ from typing import Any
 import backend
 import celery_bench
 import ops_bench
+import protean_bench
 import report
 import taskiq_bench
 import topology_bench
 from common import RESULTS_DIR, JsonLines, Progress, Server, environment
 
-SECTIONS = ("backend", "taskiq", "celery", "topology", "operations")
+SECTIONS = ("backend", "taskiq", "celery", "topology", "operations", "protean")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,9 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated sections (backend, taskiq, celery, topology, operations) or "
-        "backend parts "
-        f"({', '.join(backend.BACKEND_PARTS)})",
+        help="comma-separated sections (backend, taskiq, celery, topology, operations, "
+        f"protean) or backend parts ({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
     parser.add_argument("--json", type=Path, help="JSON-lines output path")
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     names = {s.strip() for s in args.only.split(",") if s.strip()}
     run_topology = not names or "topology" in names
     run_operations = not names or "operations" in names
+    run_protean = not names or "protean" in names
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = args.json or RESULTS_DIR / f"bench-{stamp}.jsonl"
     chart_path = args.chart or RESULTS_DIR / f"bench-{stamp}.png"
@@ -162,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
             progress.finish()
             print(ops_bench.report(summary["operations"]), end="\n\n", flush=True)
+        if run_protean:
+            progress = Progress(protean_bench.plan_units(args.reps), "protean")
+            with Server() as server:
+                server_version = server_version or server.version()
+                summary["protean"] = protean_bench.run_section(
+                    server, reps=args.reps, quick=args.quick, progress=progress, emit=sink.write
+                )
+            progress.finish()
+            print(protean_bench.report(summary["protean"]), end="\n\n", flush=True)
     finally:
         summary["elapsed_s"] = time.monotonic() - started
         summary["environment"] = {**env, "server": server_version or "unknown"}

@@ -75,3 +75,12 @@ def test_the_dashboards_page_ships_in_the_wheel(wheel):
     extras = wheel.read(metadata).decode()
     for extra in ("metrics", "dashboard", "otel"):
         assert f"Provides-Extra: {extra}" in extras
+
+
+def test_the_protean_provider_is_shipped_and_registered(wheel):
+    names = set(wheel.namelist())
+    assert "protean_simplebroker/broker.py" in names
+    assert "protean_simplebroker/py.typed" in names
+    [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "[protean.brokers]\nsimplebroker = protean_simplebroker.broker:register" in text

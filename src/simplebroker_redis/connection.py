@@ -183,7 +183,9 @@ class Connections:
         # RESP2: redis-py reads a RESP3 PONG on a subscribed connection as a
         # garbled message, and the listeners rely on PING answers.
         kwargs = self.client_kwargs(label="simplebroker-redis-wake")
-        kwargs.update(socket_timeout=None, socket_keepalive=True, protocol=2)
+        kwargs.update(socket_timeout=None, protocol=2)
+        if self.spec.scheme != "unix":  # a TCP option: unix sockets refuse it
+            kwargs["socket_keepalive"] = True
         return kwargs
 
     def _pool_kwargs(self) -> dict[str, Any]:

@@ -1,0 +1,258 @@
+"""The Redis side of the provider: leases, a heartbeat, Pub/Sub waiters.
+
+A consumer reserves group copies with :class:`simplebroker_redis.Leases`
+(one Lua script per state change): reserved copies stay in their queue but
+nobody else can take them. A :class:`~simplebroker_redis.heartbeat.LeaseHeartbeat`
+thread with its own connection renews every token this process holds, so a
+handler running for hours keeps its message; when the process dies, the
+lease runs out (``LEASE_SECONDS``) and any live consumer's heartbeat, or
+the next reservation's upkeep, makes the copy pending again, in its place.
+The backend counts deliveries and moves a copy released or recovered past
+``MAX_DELIVERIES`` to the group's dead-letter queue, journaling it; the
+heartbeat reads that journal and logs each such message once, whichever
+process dead-lettered it.
+
+Blocking reads sleep on the backend's activity waiters (sharded Pub/Sub):
+every script that makes a message pending publishes a wake-up in the same
+step, so nothing polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from simplebroker import BrokerTarget, QueueStats
+
+from simplebroker_redis import BackendOptions, Lease, Leases, RedisRunner, ReplicationTimeout, calls
+from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
+from simplebroker_redis.calls import JOURNAL_START
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+
+from .config import Settings
+from .names import Layout, Parsed
+from .store import Held, Store, Waiter
+
+logger = logging.getLogger("protean_simplebroker")
+
+#: Seconds between reads of the dead-letter journal (in the heartbeat thread).
+REPORT_SECONDS: Final[float] = 5.0
+
+
+class RedisStore(Store):
+    """A broker's Redis connection, reservations and waiters."""
+
+    kind = "redis"
+
+    def __init__(self, settings: Settings, layout: Layout) -> None:
+        super().__init__(settings, layout)
+        self.runner = RedisRunner(
+            settings.target, BackendOptions.parse(settings.backend_options), config=self.config
+        )
+        self._leases: Leases | None = None
+        self.holdings = Holdings()
+        self.heartbeat = LeaseHeartbeat(
+            self.runner,
+            self.holdings,
+            lease_seconds=settings.lease_seconds,
+            interval=settings.heartbeat_seconds,
+            recover_interval=settings.recover_seconds,
+            on_lost=self._lost,
+            on_beat=self._report,
+            logger=logger,
+            name="protean-simplebroker-heartbeat",
+        )
+        self._waiters: dict[tuple[str, ...], QueueActivityWaiter] = {}
+        self._reading: set[str] = set()  #: group queues reserved from (journal filter)
+        self._journal = JOURNAL_START
+        self._next_report = 0.0
+
+    def _target(self) -> tuple[str | BrokerTarget, Any]:
+        return self.runner.broker_target, self.runner
+
+    @property
+    def leases(self) -> Leases:
+        """Return the reservation API (validates the namespace on first use)."""
+        if self._leases is None:
+            self._leases = Leases(self.runner)
+        return self._leases
+
+    # -- reservations ------------------------------------------------------------
+    def reserve(
+        self, stream: str, group: str, limit: int, *, owned: bool
+    ) -> list[tuple[Held, str]]:
+        """Reserve up to ``limit`` copies under one token (see :class:`Store`)."""
+        queue = self.layout.group(stream, group)
+        most = self.max_deliveries
+        try:
+            lease = self.leases.reserve(
+                queue,
+                limit,
+                self.settings.lease_seconds,
+                max_deliveries=most,
+                dead_letter=self.layout.dead(stream, group) if most else None,
+            )
+        except ReplicationTimeout as exc:
+            # Reserved on the primary, but a failover could undo it: hand the
+            # copies back at once (uncounted) and take them when a replica answers.
+            if isinstance(exc.result, Lease) and exc.result.messages:
+                self._give_back(exc.result.token)
+            logger.warning("reservation on %s not confirmed by a replica: %s", queue, exc)
+            return []
+        self._reading.add(queue)
+        if not lease.messages:
+            return []
+        self.holdings.hold(lease.token, len(lease.messages))
+        self.heartbeat.start()
+        return [
+            (Held(stream, group, message.id, lease.token, message.deliveries), message.body)
+            for message in lease.messages
+        ]
+
+    def _give_back(self, token: str) -> None:
+        with contextlib.suppress(Exception):  # the lease expires anyway
+            self.leases.release(token, undeliver=True)
+
+    def ack(self, held: Held) -> bool:
+        """Delete a held copy (one script); False when its lease was lost."""
+        # Any other error leaves the copy held (and renewed): the caller may retry.
+        try:
+            settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
+        except ReplicationTimeout as exc:
+            logger.warning("acknowledgement not confirmed by a replica: %s", exc)
+            settled = 1
+        self.holdings.settle(held.handle)
+        return settled == 1
+
+    def release(self, held: Held, *, counted: bool) -> bool:
+        """Make a held copy pending again, or dead-letter it (the script decides)."""
+        try:
+            done = self.leases.release(held.handle, [held.copy_id], undeliver=not counted)
+        except ReplicationTimeout as exc:
+            logger.warning("hand-back not confirmed by a replica: %s", exc)
+            done = 1
+        self.holdings.settle(held.handle)
+        return done == 1
+
+    def _bury(self, held: Held) -> bool:
+        """Move a held copy to the dead-letter queue (``Leases.reject``, one script)."""
+        dead = self.layout.dead(held.stream, held.group)
+        settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
+        self.holdings.settle(held.handle)
+        return settled == 1
+
+    def recover(self, stream: str, group: str) -> None:
+        """Nothing to do here: the heartbeat and every reservation's upkeep recover."""
+
+    @contextlib.contextmanager
+    def lock(self, stream: str, group: str, lock_id: int) -> Iterator[bool]:
+        """Reserve the group's registration message as its copy lock."""
+        lease = self.leases.reserve(
+            self.layout.at(stream, group), 1, self.settings.lease_seconds, exact=lock_id
+        )
+        if not lease.messages:
+            yield False
+            return
+        self.holdings.hold(lease.token, 1)
+        self.heartbeat.start()
+        try:
+            yield True
+        finally:
+            self.holdings.settle(lease.token)
+            self._give_back(lease.token)
+
+    def deliveries(self, copy_id: int, stream: str, group: str) -> int:
+        """Return the backend's delivery count, or the recorded one when higher.
+
+        A consumer's redeliveries after its nacks do not reach the backend;
+        a message dead-lettered by nacks has them recorded.
+        """
+        recorded = self.failures.count(stream, group, copy_id)
+        return max(int(self.leases.deliveries(copy_id)), recorded)
+
+    def held_count(self, queues: Sequence[tuple[Parsed, QueueStats]]) -> int:
+        """Return reserved group copies: pending minus what a reservation could take."""
+        groups = [stats for parsed, stats in queues if parsed.kind == "group"]
+        if not groups:
+            return 0
+        pending = sum(stats.pending for stats in groups)
+        ready = self.runner.run(calls.ready_count(self.runner.keys, [s.queue for s in groups]))
+        return max(0, pending - int(ready))
+
+    def forget_holdings(self) -> None:
+        """Hand back every token this process holds (uncounted) and forget them."""
+        for token in self.holdings.drop(self.holdings.tokens()):
+            self._give_back(token)
+
+    # -- heartbeat callbacks ---------------------------------------------------------
+    def _lost(self, tokens: set[str]) -> None:
+        logger.warning(
+            "%d reservation(s) expired before renewal and were recovered elsewhere: "
+            "their messages may be handled again",
+            len(tokens),
+        )
+
+    def _report(self) -> None:
+        """Log each dead letter of the groups read here once (journal entries acked)."""
+        now = time.monotonic()
+        if now < self._next_report or not self._reading:
+            return
+        self._next_report = now + REPORT_SECONDS
+        more = True
+        while more and not self.stop.is_set():
+            page = self.leases.dead_letters(sorted(self._reading), after=self._journal)
+            for entry in page.entries:
+                if self.leases.dead_letter_ack(entry.entry).acked:
+                    logger.warning(
+                        "message %s of %s dead-lettered to %s after %d deliveries",
+                        entry.id,
+                        entry.queue,
+                        entry.dead_letter_queue,
+                        entry.deliveries,
+                    )
+            self._journal, more = page.cursor, page.more
+
+    # -- wake-ups and the server -------------------------------------------------------
+    def waiter(self, queues: Sequence[str]) -> Waiter:
+        """Return this process's Pub/Sub waiter for ``queues`` (kept for the next read)."""
+        key = tuple(queues)
+        found = self._waiters.get(key)
+        if found is None:
+            with self._guard:
+                found = self._waiters.get(key)
+                if found is None:
+                    found = self._waiters[key] = open_waiter(self.runner, key, self.stop)
+        return found
+
+    def ping(self) -> bool:
+        """Return whether the namespace's primary answers PING."""
+        return bool(self.runner.execute(lambda client: client.ping(), idempotent=True))
+
+    def memory_bytes(self) -> int:
+        """Return the server's ``used_memory``."""
+        info = self.runner.execute(lambda client: client.info("memory"), idempotent=True)
+        return int(info.get("used_memory", 0))
+
+    def details(self) -> dict[str, Any]:
+        """Return the backend kind, target (redacted) and namespace."""
+        return {"namespace": self.settings.namespace, "lease_seconds": self.settings.lease_seconds}
+
+    def close(self) -> None:
+        """Stop the heartbeat, hand back what is held, close waiters and pools."""
+        self.stop.set()
+        if not self.belongs_here():
+            return
+        self.heartbeat.stop()
+        self.forget_holdings()
+        for waiter in list(self._waiters.values()):
+            with contextlib.suppress(Exception):
+                waiter.close()
+        self._waiters.clear()
+        # Close the wake-up connection now that no waiter uses it, rather than
+        # let it linger and log a reconnect when the server goes away first.
+        close_idle_listeners(timeout=1.0)
+        super().close()
+        self.runner.shutdown()
