@@ -37,10 +37,12 @@ def cycle(broker: SimpleBrokerBroker) -> None:
             assert broker.ack(STREAM, identifier, group)
     # A blocking read sleeps on the backend's waiter and wakes for a publish.
     later: list[str] = []
-    threading.Timer(0.3, lambda: later.append(broker.publish(STREAM, {"n": 3}))).start()
+    publisher = threading.Timer(0.3, lambda: later.append(broker.publish(STREAM, {"n": 3})))
+    publisher.start()
     started = time.monotonic()
-    woke = broker.read_blocking(STREAM, "a", "c1", timeout_ms=1000)
-    assert time.monotonic() - started < 0.95, "woken by the publish, not by the timeout"
+    woke = broker.read_blocking(STREAM, "a", "c1", timeout_ms=10_000)
+    assert time.monotonic() - started < 9, "woken by the publish, not by the timeout"
+    publisher.join()  # the read can return before the publishing thread records the id
     assert [i for i, _ in woke] == later
     broker._max_retries = 0  # the next nack dead-letters
     assert broker.nack(STREAM, later[0], "a")
