@@ -83,7 +83,10 @@ async def _kick(url: str, trial: Trial, rng: random.Random) -> None:
     try:
         for n in range(TASKS):
             kicker: AsyncKicker[..., str] = AsyncKicker("faults:work", producer, {})
-            await kicker.kiq(f"t{n}", rng.uniform(0.02, 0.25))
+            # The first three (the victim's first reservation) outlast any lag
+            # of the test's polling on a loaded machine, so a kill meant to land
+            # mid-work finds tasks held.
+            await kicker.kiq(f"t{n}", 1.5 if n < 3 else rng.uniform(0.02, 0.25))
     finally:
         await producer.shutdown()
 
