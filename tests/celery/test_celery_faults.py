@@ -171,8 +171,15 @@ def test_worker_carries_on_after_the_server_restarts(
     assert app.send_task("record", ("idle-outage",)).get(timeout=120) == "idle-outage"
 
 
+@pytest.mark.parametrize("lease", [90.0])
 def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, events):
-    """Prefork + task_reject_on_worker_lost: basic_reject(requeue=True), not a lease expiry."""
+    """Prefork + task_reject_on_worker_lost: basic_reject(requeue=True), not a lease expiry.
+
+    The lease (90 s) outlasts the wait for the result, so only the requeue
+    can bring the task back in time; the wait itself is for the result (a
+    new pool process must start first, which takes seconds on a busy
+    machine), never a fixed delay.
+    """
     start_worker("w1", pool="prefork", concurrency=1)
     result = app.send_task("record", ("victim", 3.0))
     child = wait_for(
@@ -184,11 +191,9 @@ def test_a_killed_pool_process_requeues_its_task_at_once(app, start_worker, even
         "the pool process to start the task",
     )
     os.kill(child, signal.SIGKILL)
-    killed = time.time()
-    assert result.get(timeout=60) == "victim"
+    assert result.get(timeout=75) == "victim"  # well before the 90 s lease could expire
     runs = [e for e in read_events(events) if e.kind == "start" and e.words[0] == "victim"]
     assert len(runs) == 2 and runs[1].pid != child
-    assert runs[1].at - killed < 5  # requeued at once; the 10 s lease never expired
 
 
 @pytest.mark.parametrize("lease", [2.0])
