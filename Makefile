@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery bench server clean
+.PHONY: install lint typecheck pytest test demo demo-celery bench server clean peer-tests-kombu
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples peer
 
 typecheck: install
 	$(BIN)/mypy
@@ -45,5 +45,11 @@ bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
+# kombu's own integration tests on our transport beside kombu's redis:// (about
+# 2 min; not part of `make test`). KOMBU_SOURCE: a kombu sdist, source tree or
+# git directory (default: the installed version's sdist, kept in .peer/).
+peer-tests-kombu: install
+	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE))
+
 clean:
-	rm -rf $(VENV) .demo .server .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache
