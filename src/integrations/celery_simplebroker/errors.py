@@ -1,6 +1,23 @@
-"""Errors the transport raises to Celery's producers."""
+"""Errors the transport raises to Celery: connection failures in redis-py's types, and publishes.
+
+kombu and Celery retry a transport's ``connection_errors`` (Celery's
+broker-connection retry at startup, ``ensure_connection``, a producer's
+``retry``). The backend raises SimpleBroker's ``OperationalError`` for any
+connection failure, with redis-py's exception as its cause; at connect time
+the transport raises it again as one of the classes below, each both an
+``OperationalError`` and the redis-py type Celery users and kombu's tests
+catch with Celery's Redis transport (``redis.AuthenticationError``,
+``redis.TimeoutError``, ``redis.ConnectionError``). The message is the
+backend's (the password never in it).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+from simplebroker.ext import OperationalError
 
 
 class UnconfirmedPublish(RuntimeError):
@@ -12,3 +29,36 @@ class UnconfirmedPublish(RuntimeError):
     default), and the message, already in its queue, would be sent a
     second time and could run twice at once.
     """
+
+
+class AuthenticationFailed(OperationalError, redis.AuthenticationError):
+    """The server refused the user name or password, or wanted one (a connection error)."""
+
+
+class ConnectTimedOut(OperationalError, redis.TimeoutError):
+    """Connecting to the server timed out."""
+
+
+class ServerUnreachable(OperationalError, redis.ConnectionError):
+    """The server could not be reached (refused, unresolvable, TLS verification failed)."""
+
+
+@contextmanager
+def typed_connection_errors() -> Iterator[None]:
+    """Raise a connection failure of the backend as the matching class above."""
+    try:
+        yield
+    except OperationalError as exc:
+        cause = exc.__cause__
+        typed: type[OperationalError] | None = None
+        if isinstance(cause, redis.AuthenticationError):
+            typed = AuthenticationFailed
+        elif isinstance(cause, redis.TimeoutError):
+            typed = ConnectTimedOut
+        elif isinstance(cause, (redis.ConnectionError, OSError)):
+            typed = ServerUnreachable
+        if typed is None or isinstance(exc, typed):
+            raise
+        error = typed(str(exc))
+        error.retryable = getattr(exc, "retryable", False)
+        raise error from cause
