@@ -2,12 +2,14 @@
 
 Failover to alternate URLs, requeues and hand-backs that are immediate and
 marked redelivered, connection failures in the types Celery users catch,
-and the Redis priority order.
+the Redis priority order, and ``celery control shutdown`` as with Redis.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -215,3 +217,33 @@ def test_workers_with_either_order_share_the_queues_storage(redis_url, options, 
     with Connection(f"simplebroker+{redis_url}", transport_options=redis_order) as conn:
         assert conn.default_channel.queue_declare(queue=Queue("jobs").name).message_count == 2
         assert drain(conn, "jobs") == ["zero", "nine"]
+
+
+# -- remote control, side by side with Celery's Redis transport ---------------------------
+
+
+@pytest.mark.parametrize("transport", ["simplebroker", "redis"])
+def test_control_shutdown_reports_as_it_does_with_celerys_redis_transport(
+    start_worker, celery_env, redis_url, namespace, transport
+):
+    """The worker stops (exit 0); the CLI, which asked for replies, gets none (exit 69).
+
+    A worker's shutdown command stops it before it replies: Celery's
+    behaviour with either transport.
+    """
+    conf: dict[str, Any] = {}
+    if transport == "redis":  # kombu's own transport, its keys under this test's prefix
+        options = {"global_keyprefix": f"{namespace}:"}
+        conf = {"broker_url": redis_url, "broker_transport_options": options}
+    env = {"CELERY_CONF": json.dumps(conf)}
+    worker = start_worker("w1", env=env)
+    shutdown = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celeryapp", "control", "shutdown"],
+        env={**celery_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.process.wait(timeout=30) == 0
+    assert shutdown.returncode == 69, shutdown
+    assert "No nodes replied within time constraint" in shutdown.stderr + shutdown.stdout
