@@ -47,9 +47,9 @@ bench: install
 
 # kombu's own integration tests on our transport beside kombu's redis:// (about
 # 2 min; not part of `make test`). KOMBU_SOURCE: a kombu sdist, source tree or
-# git directory (default: the installed version's sdist, kept in .peer/).
+# git directory (KOMBU_REV: its tag; default: the installed version's sdist, kept in .peer/).
 peer-tests-kombu: install
-	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE))
+	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE)) $(if $(KOMBU_REV),--rev $(KOMBU_REV))
 
 clean:
 	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

@@ -68,11 +68,14 @@ def kombu_tests(source: str | None, rev: str | None, into: Path) -> Path:
     elif path.is_dir():  # a git directory (``fetch github:celery/kombu``)
         tag = rev or f"v{version}"
         archive = subprocess.run(
-            ["git", f"--git-dir={path}", "archive", tag, "t"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+            ["git", f"--git-dir={path}", "archive", tag, "t"], capture_output=True, check=False
+        )
+        if archive.returncode:
+            raise SystemExit(
+                f"{path}: no kombu tests at {tag!r} ({archive.stderr.decode().strip()}); "
+                f"pass --rev, or use kombu {version}'s sdist (the default)"
+            )
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     else:
         with tarfile.open(path) as sdist:
             members = [m for m in sdist.getmembers() if "/t/" in f"/{m.name}"]
