@@ -90,6 +90,10 @@ class Channel(virtual.Channel):
         self._auto_delete: set[str] = set()  # auto_delete queues declared on this channel
 
     # -- what the poller reads (poller.Consumer) -----------------------------------------
+    def consuming(self) -> bool:
+        """Return True when the channel has a consumer (checked at every turn of the loop)."""
+        return bool(self._consumers)
+
     def consumed_queues(self) -> dict[str, bool]:
         """Return the Celery queues consumed -> True when consumed with acknowledgements.
 

@@ -61,6 +61,9 @@ class Consumer(Protocol):
 
     closed: bool
 
+    def consuming(self) -> bool:
+        """Return True when the channel has a consumer."""
+
     def consumed_queues(self) -> dict[str, bool]:
         """Return the Celery queues consumed -> True when consumed with acknowledgements."""
 
@@ -316,7 +319,7 @@ class Poller:
         return self._must_poll or any(channel.buffered() for channel in self._channels())
 
     def _prefetch_full(self) -> bool:
-        consuming = [channel for channel in self._channels() if channel.consumed_queues()]
+        consuming = [channel for channel in self._channels() if channel.consuming()]
         return bool(consuming) and not any(channel.can_take_more() for channel in consuming)
 
     def _watched(self) -> dict[str, str]:
