@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean peer-tests-protean
+.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean peer-tests-protean peer-tests-kombu
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,12 @@ bench: install
 # version's sdist, kept in .peer/). A few minutes; not part of `make test`.
 peer-tests-protean: install
 	$(BIN)/python peer/protean/run.py $(if $(PROTEAN_SOURCE),--protean $(PROTEAN_SOURCE))
+
+# kombu's own integration tests on our transport beside kombu's redis:// (about
+# 2 min; not part of `make test`). KOMBU_SOURCE: a kombu sdist, source tree or
+# git directory (KOMBU_REV: its tag; default: the installed version's sdist, kept in .peer/).
+peer-tests-kombu: install
+	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE)) $(if $(KOMBU_REV),--rev $(KOMBU_REV))
 
 clean:
 	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

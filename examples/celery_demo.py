@@ -19,10 +19,9 @@ import time
 
 from demo import DEMO, EXAMPLES, import_path, say, start_server, title, write_project_config
 
-#: The default prefork pool works too, but with any kombu transport that is not
-#: asynchronous (ours, kombu's filesystem one) Celery 5.7's prefork worker can
-#: hang at exit after a warm shutdown (docs/celery.md); threads stop cleanly.
-POOL = ["-P", "threads", "-c", "4"]
+#: Celery's default pool (prefork), with two pool processes; ``-P threads``,
+#: ``solo``, ``gevent`` and ``eventlet`` work too (docs/celery.md).
+POOL = ["-c", "2"]
 
 
 def start_worker(url: str, pythonpath: str) -> subprocess.Popen[bytes]:
@@ -41,6 +40,7 @@ def start_worker(url: str, pythonpath: str) -> subprocess.Popen[bytes]:
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    started = time.perf_counter()
     if worker.poll() is None:
         os.killpg(worker.pid, signal.SIGTERM)  # warm shutdown, as a supervisor asks
         try:
@@ -48,7 +48,9 @@ def stop_worker(worker: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(5)
-    say(f"worker stopped (exit code {worker.returncode})")
+            say("the worker did not stop within 30 s of SIGTERM: killed")
+    elapsed = time.perf_counter() - started
+    say(f"worker stopped {elapsed:.1f} s after SIGTERM (exit code {worker.returncode})")
 
 
 def peek(queue: str) -> None:

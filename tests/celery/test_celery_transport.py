@@ -108,18 +108,17 @@ def test_held_messages_are_renewed_and_come_back_once_the_holder_stops(conn, red
     # The holder's heartbeat renews the 2 s lease: recovery finds nothing to take.
     deadline = time.monotonic() + 3.5
     while time.monotonic() < deadline:
-        survivor.connection.leases.recover()
+        survivor.connection.store.leases.recover()
         assert survivor.basic_get("jobs") is None
         time.sleep(0.2)
-    holder.transport._heartbeat.stop()  # the holder "dies": renewals stop, nothing is released
+    holder.transport.store.heartbeat.stop()  # the holder "dies": renewals stop, nothing is released
     stopped = time.monotonic()
     while (got := survivor.basic_get("jobs")) is None:
-        survivor.connection.leases.recover()  # what every worker's heartbeat does each second
+        survivor.connection.store.leases.recover()  # what every worker's heartbeat does each second
         time.sleep(0.1)
         assert time.monotonic() - stopped < 15
     assert got.payload == "held" and got.delivery_info["redelivered"]
     got.ack()
-    holder.transport._heartbeat = None
     holder.release()
 
 
@@ -215,10 +214,10 @@ def test_a_queue_found_empty_is_not_polled_again_until_its_wake_up(conn, redis_u
         if not message.acknowledged:
             message.ack()
 
-    transport = conn.transport
+    store = conn.transport.store
     claims = []
-    claim = transport.claim
-    transport.claim = lambda queue: claims.append(queue) or claim(queue)  # counts round trips
+    claim = store.claim
+    store.claim = lambda queue, ttl: claims.append(queue) or claim(queue, ttl)  # round trips
     mailbox = conn.channel()
     with (
         Consumer(conn.default_channel, [Queue("work")], callbacks=[on_message]),
@@ -239,10 +238,10 @@ def test_an_ack_racing_with_a_renewal_is_not_reported_as_an_expired_lease(conn, 
     publish(conn, "jobs", "x")
     channel = conn.channel()
     message = channel.basic_get("jobs")
-    transport = conn.transport
-    heartbeat = transport._heartbeat
+    store = conn.transport.store
+    heartbeat = store.heartbeat
     heartbeat.stop()  # this test runs the renewal itself, at the worst moment
-    leases = transport.leases
+    leases = store.leases
     ack = leases.ack
 
     def ack_then_renew(*args: Any, **kwargs: Any) -> Any:
@@ -348,8 +347,9 @@ def test_an_unconfirmed_ack_or_reject_is_a_warning_not_an_error(
     }
     with Connection(f"simplebroker+{redis_url}", transport_options=durable) as unconfirmed:
         unconfirmed.connect()
-        unconfirmed.transport.ack(lease.token, lease.ids[0])  # no error
-        unconfirmed.transport.dead_letter(rejected.token, rejected.ids[0])  # reject(requeue=False)
+        unconfirmed.transport.store.ack(lease.token, lease.ids[0])  # no error
+        store = unconfirmed.transport.store
+        store.dead_letter(rejected.token, rejected.ids[0])  # reject(requeue=False)
     assert core.peek_many(storage_queue("acked"), 10) == []
     assert [i for _, i in core.peek_many(storage_queue("acked.dead"), 10)] == list(rejected.ids)
     assert f"message {lease.ids[0]} acknowledged, not confirmed" in caplog.text
@@ -459,7 +459,7 @@ def test_an_invalid_priorities_option_is_refused(redis_url, options):
 
 def test_a_queue_with_a_backlog_is_not_listened_to_until_it_runs_dry(redis_url, options, raw):
     """A backlog's writes do not wake the consumer's process; an idle queue wakes it again."""
-    from celery_simplebroker.transport import MUTE_AFTER
+    from celery_simplebroker.poller import MUTE_AFTER
 
     options = {**options, "reserve_batch": 1}
     runner = RedisRunner(redis_url, namespace=options["namespace"])
@@ -490,7 +490,7 @@ def test_a_queue_with_a_backlog_is_not_listened_to_until_it_runs_dry(redis_url, 
                 # Running dry, the consumer listens again before it sleeps: a
                 # write during its first sleep wakes it (no acknowledgement's
                 # nudge pending to end that sleep early).
-                conn.transport.wakeups.wait(0, wakeups=False)
+                conn.transport.poller.wakeups.wait(0, wakeups=False)
                 sent: list[float] = []
 
                 def send() -> None:
@@ -549,7 +549,7 @@ def test_a_worker_shutdown_ends_an_idle_drain_at_once(conn, redis_url, options, 
 
     from celery import signals
 
-    from celery_simplebroker.transport import STOPPING_NAP
+    from celery_simplebroker.poller import STOPPING_NAP
 
     def on_alarm(signum: int, frame: Any) -> None:  # what Celery's _shutdown_handler sends
         signals.worker_shutting_down.send(sender="w", sig="SIGTERM", how="Warm", exitcode=0)
@@ -647,6 +647,6 @@ def test_in_an_event_loop_messages_arrive_by_the_alarm_not_by_polling(conn, redi
         assert time.monotonic() - started < 3.0  # the idle recheck is 10 s away
         assert channel.qos.can_consume_max_estimate() == 2  # all acknowledged: the window is open
         consumer.cancel()
-    assert transport._on_tick not in hub.on_tick
+    assert transport.poller._on_tick not in hub.on_tick
     assert not hub.readers
     hub.close()

@@ -146,3 +146,31 @@ def test_the_cli_reports_a_tls_failure_at_once(tls_server, certificates, tmp_pat
     result = broker_cli(project, "write", "jobs", "x")
     assert result.returncode != 0 and expected in result.stderr, result.stderr
     assert time.monotonic() - started < 5.0
+
+
+def test_a_tls_hostname_mismatch_is_a_connection_error_of_the_celery_transport(
+    tls_binary, tls_files, certificates, make_server
+):
+    """As with Celery's Redis transport: ``redis.ConnectionError``, which kombu retries.
+
+    The certificate names 127.0.0.1 and localhost; the server also listens
+    on 127.0.0.2, which the certificate does not name.
+    """
+    from kombu import Connection
+
+    import celery_simplebroker  # noqa: F401 - registers the transport
+    from celery_simplebroker import ServerUnreachable
+
+    port = free_port()
+    make_server(
+        "tls-other-name",
+        extra_args=["--tls-port", str(port), *tls_files.args(), "--bind", "127.0.0.1", "127.0.0.2"],
+        binary=tls_binary,
+    )
+    url = f"simplebroker+rediss://127.0.0.2:{port}/0?ssl_ca_certs={certificates / 'ca.crt'}"
+    with Connection(url, transport_options={"namespace": "tls-mismatch"}) as conn:
+        with pytest.raises(redis.ConnectionError) as raised:
+            conn.connect()
+        assert raised.type is ServerUnreachable
+        assert raised.type in conn.transport.connection_errors
+        assert "mismatch" in str(raised.value)

@@ -15,22 +15,27 @@ See ``docs/celery.md``.
 
 from kombu.transport import TRANSPORT_ALIASES
 
-from .errors import ServerRefused, UnconfirmedPublish
-from .options import URL_ENV, ConfigurationError, TransportOptions, storage_queue
+from .errors import AuthenticationFailed, ConnectTimedOut, ServerUnreachable, UnconfirmedPublish
+from .options import FAILOVER_SCHEMES, URL_ENV, ConfigurationError, TransportOptions, storage_queue
 
 #: The kombu transport alias this package registers on import.
 TRANSPORT_ALIAS = "simplebroker"
 
-TRANSPORT_ALIASES.setdefault(TRANSPORT_ALIAS, "celery_simplebroker.transport:Transport")
+# "simplebroker" serves a first URL (kombu splits "simplebroker+redis://..." at
+# its "+"); failover alternates are resolved by their whole scheme.
+for _alias in (TRANSPORT_ALIAS, *(f"{TRANSPORT_ALIAS}+{s}" for s in FAILOVER_SCHEMES)):
+    TRANSPORT_ALIASES.setdefault(_alias, "celery_simplebroker.transport:Transport")
 
 # Registers the check of every app's simplebroker URLs when the app is finalized.
 from . import urls  # noqa: E402,F401 - imported for that side effect
 
 __all__ = [
     "TRANSPORT_ALIAS",
+    "AuthenticationFailed",
+    "ConnectTimedOut",
+    "ServerUnreachable",
     "URL_ENV",
     "ConfigurationError",
-    "ServerRefused",
     "TransportOptions",
     "UnconfirmedPublish",
     "storage_queue",

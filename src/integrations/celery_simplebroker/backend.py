@@ -43,10 +43,10 @@ from simplebroker_redis import AccessDenied, RedisBrokerCore, ReplicationTimeout
 from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
 from simplebroker_redis.validation import validate_queue_name
 
-from .channel import parse_tag
+from .acks import Ahead, ResultAcks, holder_of
+from .envelope import parse_tag
 from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
 from .staging import staging
-from .transport import Ahead, Transport, holder_of
 from .urls import check_app_urls
 
 logger = logging.getLogger("celery_simplebroker")
@@ -207,8 +207,8 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         finally:
             self._finishing.request = None
 
-    def _holder(self, request: Any) -> tuple[Transport, tuple[str, int]] | None:
-        """Return the transport of this process holding the message of a succeeded task.
+    def _holder(self, request: Any) -> tuple[ResultAcks, tuple[str, int]] | None:
+        """Return the registry of this process's transport holding a succeeded task's message.
 
         Only for the result :meth:`mark_as_done` stores, of a task with
         ``acks_late`` (Celery acknowledges it right after storing it), when
@@ -225,10 +225,10 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             message = parse_tag(tag)
         except ValueError:  # not one of this transport's tags
             return None
-        transport = holder_of(message[0], self.runner.identity)
-        if transport is None or not transport.ack_with_result(*message):
+        holder = holder_of(message[0], self.runner.identity)
+        if holder is None or not holder.begin(*message):
             return None
-        return transport, message
+        return holder, message
 
     def _store_result(
         self,
@@ -246,7 +246,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         does both atomically, and wakes the result's waiters. A succeeded
         task's message is acknowledged in the same script when this process
         holds it (:meth:`_holder`); in a solo worker's event loop the script
-        also reserves the worker's next messages (``Transport.ahead``).
+        also reserves the worker's next messages (``ResultAcks.ahead``).
         """
         meta = self._get_result_meta(
             result=result, state=state, traceback=traceback, request=request
@@ -263,13 +263,13 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             # messages reserved ahead are handed back rather than delivered.
             done = exc.result
             if holder is not None and isinstance(done, calls.CeleryStored) and done.stored >= 0:
-                holder[0].acked_with_result(*holder[1], done.settlement)
+                holder[0].confirmed(*holder[1], done.settlement)
                 holder[0].hand_back_unconfirmed(done.reserved)
             raise
         if holder is not None and outcome.stored >= 0:
-            holder[0].acked_with_result(*holder[1], outcome.settlement)
+            holder[0].confirmed(*holder[1], outcome.settlement)
             if ahead is not None and outcome.reserved is not None:
-                holder[0].took_ahead(ahead, outcome.reserved)
+                ahead.deliver(outcome.reserved)
         if outcome.stored < 0:  # not JSON: Celery's own check
             if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
                 self._store(key, value, guard=False)

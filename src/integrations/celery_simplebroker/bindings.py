@@ -8,21 +8,27 @@ namespace: one hash of ``"<exchange> US <routing key> US <queue>"`` -> JSON,
 plus one sorted set of deadlines for bindings of queues that expire when
 unused (``x-expires`` or ``auto_delete``). Their consumer's heartbeat
 restarts the lifetime; once it runs out (the consumer died), the next
-lookup removes the binding and the transport deletes the queue's messages,
+lookup removes the binding and the channel deletes the queue's messages,
 so broadcasts stop piling up in the mailbox of a dead worker.
+
+:class:`Declarations` keeps what this process declared: queues' message
+TTLs and lifetimes, and the expiring bindings its heartbeat refreshes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from simplebroker_redis import RedisRunner, ReplicationTimeout, calls
 
 #: Separates exchange, routing key and queue in a binding's name.
 BINDING_SEPARATOR: Final[str] = "\x1f"
+
+#: Lifetime (seconds) of the bindings of an ``auto_delete`` queue without ``x-expires``.
+AUTO_DELETE_LIFETIME: Final[float] = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +86,46 @@ class Bindings:
     def unbind_queue(self, queue: str) -> int:
         """Remove every binding of the Celery queue ``queue``; return how many."""
         return self._runner.run(calls.celery_unbind(self._runner.keys, queue))
+
+
+class Declarations:
+    """What this process declared: queues' message TTLs and lifetimes, expiring bindings.
+
+    The bindings of queues that expire when unused are refreshed while this
+    process consumes them (:meth:`refresh`, at the heartbeat's pace).
+    """
+
+    def __init__(self, runner: RedisRunner) -> None:
+        self.bindings = Bindings(runner)
+        self._ttls: dict[str, float] = {}
+        self._lifetimes: dict[str, float] = {}
+        self._expiring: dict[str, Binding] = {}
+
+    def declare_queue(self, queue: str, declaration: Mapping[str, Any]) -> None:
+        """Record a declared queue's message TTL (``x-message-ttl``) and unused lifetime."""
+        arguments = declaration.get("arguments") or {}
+        ttl = arguments.get("x-message-ttl")
+        if ttl:
+            self._ttls[queue] = float(ttl) / 1000
+        expires = arguments.get("x-expires")
+        if expires:
+            self._lifetimes[queue] = float(expires) / 1000
+        elif declaration.get("auto_delete"):
+            self._lifetimes[queue] = AUTO_DELETE_LIFETIME
+
+    def ttl(self, queue: str) -> float | None:
+        """Return the seconds a message of ``queue`` lives (None: no TTL)."""
+        return self._ttls.get(queue)
+
+    def bind(self, exchange: str, routing_key: str, pattern: str | None, queue: str) -> None:
+        """Record a binding; an expiring one is refreshed while this process consumes it."""
+        binding = Binding(exchange, routing_key, queue, pattern, self._lifetimes.get(queue, 0.0))
+        self.bindings.bind([binding])
+        if binding.lifetime:
+            self._expiring[binding.name] = binding
+
+    def refresh(self, consumed: set[str]) -> None:
+        """Restart the lifetime of the expiring bindings of the ``consumed`` queues."""
+        alive = [b for b in list(self._expiring.values()) if b.queue in consumed]
+        if alive:
+            self.bindings.bind(alive)

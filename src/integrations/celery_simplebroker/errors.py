@@ -1,6 +1,25 @@
-"""Errors the transport raises to Celery's producers."""
+"""Errors the transport raises to Celery: connection failures in redis-py's types, and publishes.
+
+kombu and Celery retry a transport's ``connection_errors`` (Celery's
+broker-connection retry at startup, ``ensure_connection``, a producer's
+``retry``). The backend raises SimpleBroker's ``OperationalError`` for any
+connection failure, with redis-py's exception as its cause; at connect time
+the transport raises it again as one of the classes below, each both an
+``OperationalError`` and the redis-py type Celery users and kombu's tests
+catch with Celery's Redis transport (``redis.AuthenticationError``,
+``redis.TimeoutError``, ``redis.ConnectionError``). The message is the
+backend's (the password never in it).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+from simplebroker.ext import OperationalError
+
+from simplebroker_redis import AccessDenied
 
 
 class UnconfirmedPublish(RuntimeError):
@@ -14,11 +33,39 @@ class UnconfirmedPublish(RuntimeError):
     """
 
 
-class ServerRefused(RuntimeError):
-    """The server refused this client for good: a wrong password, an ACL, TLS.
+class AuthenticationFailed(AccessDenied, redis.AuthenticationError):
+    """The server refused the user name or password, or wanted one (a connection error).
 
-    Its cause is the backend's ``AccessDenied``. Like
-    :class:`UnconfirmedPublish`, it is deliberately not a connection error:
-    kombu retries those (a worker 100 times, for minutes), and no retry can
-    fix a password. A worker stops at once with the message instead.
+    Also the backend's ``AccessDenied``: kombu and Celery retry it as they
+    retry a wrong password on their Redis transport (each try logs it at
+    once), while code that catches the backend's refusals still sees one.
     """
+
+
+class ConnectTimedOut(OperationalError, redis.TimeoutError):
+    """Connecting to the server timed out."""
+
+
+class ServerUnreachable(OperationalError, redis.ConnectionError):
+    """The server could not be reached (refused, unresolvable, TLS verification failed)."""
+
+
+@contextmanager
+def typed_connection_errors() -> Iterator[None]:
+    """Raise a connection failure of the backend as the matching class above."""
+    try:
+        yield
+    except OperationalError as exc:
+        cause = exc.__cause__
+        typed: type[OperationalError] | None = None
+        if isinstance(cause, redis.AuthenticationError):
+            typed = AuthenticationFailed
+        elif isinstance(cause, redis.TimeoutError):
+            typed = ConnectTimedOut
+        elif isinstance(cause, (redis.ConnectionError, OSError)):
+            typed = ServerUnreachable
+        if typed is None or isinstance(exc, typed):
+            raise
+        error = typed(str(exc))
+        error.retryable = getattr(exc, "retryable", False)
+        raise error from cause

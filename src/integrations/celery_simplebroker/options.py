@@ -17,7 +17,8 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
+from urllib.parse import quote
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
@@ -42,6 +43,15 @@ DEFAULT_IDLE_RECHECK: Final[float] = 10.0
 
 #: Most messages one reservation takes when the prefetch window is unlimited.
 DEFAULT_RESERVE_BATCH: Final[int] = 16
+
+#: ``priority_order``: ``"amqp"`` reads priority 9 first (the default), ``"redis"``
+#: reads 0 first, as Celery's Redis transport does.
+PRIORITY_ORDERS: Final[tuple[str, ...]] = ("amqp", "redis")
+
+#: Transport aliases kombu resolves for our URLs: ``simplebroker`` for the
+#: first URL (kombu splits ``simplebroker+redis://...`` at its ``+``), the
+#: others for failover alternates (kombu's ``switch()`` takes the whole scheme).
+FAILOVER_SCHEMES: Final[tuple[str, ...]] = ("redis", "rediss", "unix")
 
 _VALID_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
@@ -78,6 +88,48 @@ def resolve_target(url: str | None) -> str:
     except InvalidTarget as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     return target
+
+
+def client_target(client: Any) -> str:
+    """Return the server URL of a kombu connection, its first URL or a failover alternate.
+
+    kombu keeps a first ``simplebroker+redis://...`` URL whole in
+    ``hostname``; when it fails over to an alternate (``broker_url = "a;b"``)
+    it parses that URL instead, into ``transport_cls`` (the scheme, e.g.
+    ``simplebroker+redis``), ``hostname``, ``port``, ``userid``, ``password``
+    and ``virtual_host`` (the database), which this puts back together.
+    Cluster and Sentinel targets list their nodes in one URL and fail over
+    on their own; as alternates they are refused.
+
+    Raises:
+        ConfigurationError: An alternate is a Cluster or Sentinel target.
+
+    """
+    for alternate in getattr(client, "alt", None) or ():
+        if "+cluster://" in str(alternate) or "+sentinel://" in str(alternate):
+            raise ConfigurationError(
+                "a redis+cluster:// or redis+sentinel:// target fails over on its own: list its "
+                "nodes in one URL, not as alternate broker URLs (';')"
+            )
+    hostname = client.hostname
+    scheme = str(client.transport_cls).rpartition("+")[2]
+    if (not hostname and scheme != "unix") or "://" in (hostname or ""):
+        return resolve_target(hostname)
+    if scheme not in FAILOVER_SCHEMES:
+        scheme = "redis"  # a bare host name: kombu's hostname= with the transport given
+    credentials = ""
+    if client.userid or client.password:
+        credentials = quote(client.userid or "", safe="")
+        if client.password:
+            credentials += ":" + quote(str(client.password), safe="")
+        credentials += "@"
+    if scheme == "unix":
+        path = str(client.virtual_host or "").lstrip("/")
+        return f"unix://{credentials}/{path}"
+    port = f":{client.port}" if client.port else ""
+    host = f"[{hostname}]" if ":" in str(hostname) else str(hostname)
+    database = str(client.virtual_host or "").strip("/")
+    return f"{scheme}://{credentials}{host}{port}" + (f"/{database}" if database else "")
 
 
 def shown_url(url: str | None, include_password: bool = False) -> str:
@@ -154,6 +206,7 @@ class TransportOptions:
     max_connections: int = 50
     pool_timeout: float | None = None
     priorities: bool = True
+    priority_order: Literal["amqp", "redis"] = "amqp"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> TransportOptions:
@@ -175,6 +228,11 @@ class TransportOptions:
         priorities = options.get("priorities", True)
         if not isinstance(priorities, bool):
             raise ConfigurationError("transport option 'priorities' must be True or False")
+        order = options.get("priority_order", "amqp")
+        if order not in PRIORITY_ORDERS:
+            raise ConfigurationError(
+                "transport option 'priority_order' must be 'amqp' (9 first) or 'redis' (0 first)"
+            )
         return cls(
             namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
             lease_seconds=lease,
@@ -189,6 +247,7 @@ class TransportOptions:
             max_connections=int(options.get("max_connections", 50)),
             pool_timeout=None if pool_timeout is None else float(pool_timeout),
             priorities=priorities,
+            priority_order=order,
         )
 
 
@@ -246,8 +305,11 @@ _REPLACED: Final[dict[str, str]] = {
         " at most 'idle_recheck' seconds"
     ),
     "global_keyprefix": "keys live under the 'namespace' option",
-    "priority_steps": "priorities are always 0-9 ('priorities' turns them off)",
-    "queue_order_strategy": "priorities are always 0-9 ('priorities' turns them off)",
+    "priority_steps": (
+        "priorities 0-9 are ten distinct levels ('priorities' turns them off,"
+        " 'priority_order' = 'redis' reads 0 first)"
+    ),
+    "queue_order_strategy": "queues are read in kombu's round-robin order",
 }
 
 _warned: set[tuple[str, str]] = set()

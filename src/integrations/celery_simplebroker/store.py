@@ -1,0 +1,356 @@
+"""What the transport does on the server: publish, reserve, claim, settle, purge; the heartbeat.
+
+A message a channel hands to Celery is *reserved* (``Leases.reserve``): it
+stays in its queue (``broker peek`` shows it) but no other worker can take
+it until this process acknowledges it (deleted), rejects it (pending again,
+or moved to the dead-letter queue) or hands it back (``basic_recover``,
+channel close), or until its lease expires because the process died. The
+store's heartbeat renews the leases of everything the process holds:
+messages reserved ahead of delivery, prefetched and running tasks, and
+ETA/countdown tasks the worker keeps until they are due. There is no
+visibility timeout. Each state change is one of the backend's scripts
+(``docs/architecture.md``).
+
+Priorities (``priorities``, ``priority_order``): a message of priority *P*
+> 0 is stored in the SimpleBroker queue ``<queue>.p<P>``, priority 0 (or
+none) in the queue itself (:mod:`simplebroker_redis.priorities`); one
+reservation reads them in :meth:`Store.levels` order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from queue import Empty
+from typing import Any, Final, cast
+
+from simplebroker import resolve_config
+
+from simplebroker_redis import (
+    LeasedMessage,
+    Leases,
+    RedisBrokerCore,
+    RedisRunner,
+    ReplicationTimeout,
+    calls,
+)
+from simplebroker_redis.calls import MultiLease
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.priorities import levels, priority_queue
+from simplebroker_redis.validation import validate_message
+
+from . import acks as acks_module
+from .acks import Reservation, ResultAcks, report
+from .envelope import Buffered, Unreadable, claimed_tag, delivery_tag, expired, open_body
+from .options import TransportOptions, storage_queue
+from .staging import stage_for
+
+logger = logging.getLogger("celery_simplebroker")
+
+#: Messages one purge round trip removes.
+PURGE_BATCH: Final[int] = 1000
+
+#: Lease of the reservations a purge (or a claim from priority queues) deletes at once.
+PURGE_LEASE: Final[float] = 60.0
+
+
+class Store:
+    """One transport's storage operations, its holdings and their heartbeat."""
+
+    def __init__(
+        self,
+        runner: RedisRunner,
+        options: TransportOptions,
+        *,
+        on_beat: Callable[[], None],
+    ) -> None:
+        self.runner = runner
+        self.options = options
+        self.holdings = Holdings()
+        self.acks = ResultAcks(runner.identity, self.holdings)
+        self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
+        self._on_beat = on_beat
+        self._core: RedisBrokerCore | None = None
+        self._leases: Leases | None = None
+        self._levels: dict[str, tuple[str, ...]] = {}
+        self._heartbeat: LeaseHeartbeat | None = None
+
+    @property
+    def core(self) -> RedisBrokerCore:
+        """Return the SimpleBroker connection used for writes, broadcasts and claims."""
+        if self._core is None:
+            self._core = RedisBrokerCore(self.runner)
+        return self._core
+
+    @property
+    def leases(self) -> Leases:
+        """Return the reservation API."""
+        if self._leases is None:
+            self._leases = Leases(self.runner)
+        return self._leases
+
+    # -- the heartbeat ----------------------------------------------------------------------
+    @property
+    def heartbeat(self) -> LeaseHeartbeat | None:
+        """Return the running heartbeat (renewals and recovery passes), if any."""
+        return self._heartbeat
+
+    def start_heartbeat(self) -> None:
+        """Renew what this process holds, and recover expired leases, from now on."""
+        if self._heartbeat is None:
+            options = self.options
+            self._heartbeat = LeaseHeartbeat(
+                self.runner,
+                self.holdings,
+                lease_seconds=options.lease_seconds,
+                interval=options.heartbeat_interval,
+                recover_interval=options.recover_interval,
+                on_lost=_lost,
+                on_beat=self._on_beat,
+                logger=logger,
+                name="celery-simplebroker-heartbeat",
+            )
+        self._heartbeat.start()
+
+    def pause_heartbeat(self) -> None:
+        """Stop the heartbeat while nothing is held (nothing consumed either: the caller's check).
+
+        A process that consumed once (``celery inspect`` collecting replies
+        on a pooled connection) must not run recovery passes forever.
+        """
+        if self._heartbeat is not None and not self.holdings.tokens():
+            self._heartbeat.stop()
+
+    def close(self) -> None:
+        """Stop the heartbeat; the result backend no longer finds this store's messages."""
+        acks_module.release(self.acks)
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+
+    # -- priorities ----------------------------------------------------------------------------
+    def levels(self, queue: str) -> tuple[str, ...]:
+        """Return the storage queues of ``queue`` (storage name) in read order.
+
+        With priorities (the default) ``queue.p9`` ... ``queue.p1``, then
+        ``queue``; with ``priority_order = "redis"`` ``queue``, then
+        ``queue.p1`` ... ``queue.p9``; without priorities ``queue`` alone.
+        """
+        found = self._levels.get(queue)
+        if found is None:
+            if not self.options.priorities:
+                found = (queue,)
+            elif self.options.priority_order == "redis":
+                found = tuple(reversed(levels(queue)))
+            else:
+                found = levels(queue)
+            self._levels[queue] = found
+        return found
+
+    def level_of(self, queue: str, priority: int) -> str:
+        """Return the storage queue of ``queue``'s (storage name) messages of ``priority``."""
+        return priority_queue(queue, priority) if self.options.priorities else queue
+
+    # -- publishing -----------------------------------------------------------------------------
+    def write(self, queue: str, envelope: str) -> None:
+        """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch."""
+        stage = stage_for(self.runner.identity)
+        if stage is None:
+            self.core.write(queue, envelope)
+            return
+        validate_message(envelope, self.max_message_size)
+        stage.messages.append((queue, envelope))
+
+    def broadcast(self, envelope: str, queues: list[str]) -> None:
+        """Write one copy of a message to each of ``queues`` (storage names), atomically."""
+        self.core.broadcast(envelope, queue_names=queues, create_missing=True)
+
+    # -- taking messages ----------------------------------------------------------------------
+    def reservation(self, queue: str, limit: int) -> Reservation:
+        """Return the reservation of ``queue`` (storage name), every priority in read order."""
+        options = self.options
+        dead_letter = options.dead_letter_queue
+        sources = self.levels(queue)
+        if dead_letter in sources:
+            dead_letter = None
+        return Reservation(
+            sources=[(source, dead_letter) for source in sources],
+            limit=limit,
+            lease_seconds=options.lease_seconds,
+            max_deliveries=options.max_deliveries if dead_letter else None,
+        )
+
+    def reserve(self, queue: str, limit: int) -> list[Buffered]:
+        """Reserve up to ``limit`` messages of ``queue`` (storage name), in read order.
+
+        One round trip (``reserve_queues`` over :meth:`levels`); returns
+        (token, message) pairs in delivery order.
+        """
+        plan = self.reservation(queue, limit)
+        try:
+            reserved = self.leases.reserve_queues(
+                plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
+            )
+        except ReplicationTimeout as exc:
+            self.hand_back_unconfirmed(exc.result)
+            raise
+        return self.hold(reserved)
+
+    def hold(self, reserved: MultiLease) -> list[Buffered]:
+        """Renew what a reservation took from now on; return its (token, message) pairs."""
+        for lease in reserved.leases:
+            if lease.messages:
+                self.holdings.hold(lease.token, len(lease.messages))
+        if reserved.messages:
+            self.start_heartbeat()
+            acks_module.hold(self.acks)
+        return [(lease.token, message) for lease in reserved.leases for message in lease.messages]
+
+    def hand_back_unconfirmed(self, reserved: object) -> None:
+        """Hand back a reservation that raised ``ReplicationTimeout``, its delivery not counted.
+
+        It happened on the primary, but a failover could still lose it and let
+        another worker run its tasks while this one does; stranding them until
+        their lease expired would count a delivery each time (and send the
+        oldest messages, reserved first, to the dead-letter queue after a few
+        failovers without running).
+        """
+        if isinstance(reserved, MultiLease):
+            groups = {lease.token: lease.ids for lease in reserved.leases if lease.messages}
+            self.release(groups, undeliver=True)
+
+    def deliverable(
+        self, queue: str, token: str, message: LeasedMessage, ttl: float | None
+    ) -> dict[str, Any] | None:
+        """Return the kombu payload of a reserved message of Celery queue ``queue``.
+
+        None when it expired (acknowledged, so deleted) or is not a kombu
+        message (moved to the dead-letter queue, or ``<queue>.unreadable``).
+        """
+        tag = delivery_tag(token, message.id)
+        try:
+            payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
+        except Unreadable:
+            logger.error("message %d of queue %s is not a kombu message", message.id, queue)
+            self.dead_letter(token, message.id, unreadable=queue)
+            return None
+        if expired(payload, message.id, ttl):
+            self.ack(token, message.id)
+            return None
+        return payload
+
+    def claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:
+        """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none.
+
+        Without priorities one ``claim`` script; with them, a reservation
+        over the priority queues and its deletion (two round trips for a
+        message, one for an empty queue).
+        """
+        storage = storage_queue(queue)
+        deliveries = 0  # a claim script does not count deliveries
+        if not self.options.priorities:
+            row = self.core.claim_one(storage, with_timestamps=True)
+            if row is None:
+                raise Empty()
+            body, message_id = cast("tuple[str, int]", row)  # with_timestamps: (body, id)
+        else:
+            reserved = self.leases.reserve_queues(
+                [(source, None) for source in self.levels(storage)], 1, PURGE_LEASE
+            )
+            if not reserved.leases:
+                raise Empty()
+            lease = reserved.leases[0]
+            message = lease.messages[0]
+            body, message_id, deliveries = message.body, message.id, message.deliveries
+            self.leases.ack(lease.token, None, delete=True)
+        message_id, tag = int(message_id), claimed_tag(int(message_id))
+        try:
+            payload = open_body(body, message_id, tag=tag, deliveries=deliveries)
+        except Unreadable:
+            logger.error("message %s of %s is not a kombu message; dropped", message_id, queue)
+            return None
+        return None if expired(payload, message_id, ttl) else payload
+
+    def ready(self, queue: str) -> int:
+        """Return ``queue``'s (storage name) ready messages: pending, held by nobody."""
+        return self.runner.run(calls.ready_count(self.runner.keys, self.levels(queue)))
+
+    def purge(self, queue: str) -> int:
+        """Delete the queue's messages that nobody holds (storage name, every priority)."""
+        leases, removed = self.leases, 0
+        for source in self.levels(queue):
+            while True:
+                lease = leases.reserve(source, PURGE_BATCH, PURGE_LEASE)
+                if not lease.messages:
+                    break
+                removed += leases.ack(lease.token, None, delete=True).settled
+        return removed
+
+    # -- settling ----------------------------------------------------------------------------
+    def ack(self, token: str, message_id: int) -> None:
+        """Delete one reserved message (one round trip; none when its result did it).
+
+        The heartbeat stops renewing it first: once the server settled a
+        token's last message the token is gone, and a renewal racing with
+        this call must not find it still held and report it lost.
+        """
+        confirmed = self.acks.take(token, message_id)
+        if confirmed:
+            return
+        if confirmed is None:
+            self.holdings.settle(token)
+        try:
+            settlement = self.leases.ack(token, [message_id], delete=True)
+        except ReplicationTimeout as exc:
+            # Celery would log a failed acknowledgement as critical; it happened.
+            logger.warning("message %d acknowledged, not confirmed: %s", message_id, exc)
+            settlement = exc.result
+        report(settlement, message_id)
+
+    def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
+        """Make reserved messages pending again at once, atomically per reservation.
+
+        ``undeliver``: they were never handed to Celery, so the delivery
+        does not count (and they are not marked redelivered).
+        """
+        for token, ids in groups.items():
+            id_list, unheld = self.acks.unsettled(token, list(ids))
+            if not id_list:
+                continue
+            if len(id_list) > unheld:  # before the server drops the token
+                self.holdings.settle(token, len(id_list) - unheld)
+            try:
+                self.leases.release(token, id_list, undeliver=undeliver)
+            except ReplicationTimeout:
+                pass  # done on the primary, not confirmed by a replica yet
+            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
+                logger.warning(
+                    "could not hand back %d message(s) (%s); they return when their lease expires",
+                    len(id_list),
+                    exc,
+                )
+
+    def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
+        """Move a rejected message to the dead-letter queue, or delete it when there is none."""
+        target = self.options.dead_letter_queue
+        if target is None and unreadable is not None:
+            target = storage_queue(f"{unreadable}.unreadable")
+        if target is None:
+            self.ack(token, message_id)
+            return
+        left, unheld = self.acks.unsettled(token, [message_id])
+        if not left:
+            return  # its result's script deleted it already
+        if not unheld:
+            self.holdings.settle(token)  # before the server drops the token
+        try:
+            self.leases.reject(token, [message_id], target)
+        except ReplicationTimeout as exc:  # moved on the primary, as for ack
+            logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
+
+
+def _lost(tokens: set[str]) -> None:
+    # Called from the heartbeat thread.
+    logger.warning(
+        "%d reservation(s) expired before renewal; their messages may run again", len(tokens)
+    )
