@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery bench server clean
+.PHONY: install lint typecheck pytest test demo demo-celery bench peer-tests server clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,5 +45,13 @@ bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
+# Celery's own integration suites (t/integration/ of the installed Celery
+# version) on Celery's Redis transport and on ours, side by side; not part of
+# `make test` (about 40 minutes). PEER_ARGS, e.g.: --suites tasks -k revoke,
+# --source <Celery checkout or git dir>. The summary goes to .peer/celery-summary.md.
+PEER_ARGS ?=
+peer-tests: install
+	$(BIN)/python tests/peer/celery_suites.py $(PEER_ARGS)
+
 clean:
-	rm -rf $(VENV) .demo .server .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache
