@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from cehelpers import read_events, wait_for
 from celery import chain, chord, group
+from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 
 
@@ -99,3 +100,30 @@ def test_a_frozen_chord_applied_again_dispatches_its_body_again(app, start_worke
         wait_for(lambda: bodies() >= runs, 20, f"body run {runs}")  # noqa: B023
     time.sleep(0.5)  # a third body would come right after the second
     assert bodies() == 2
+
+
+def test_remote_control_sent_before_a_task_is_handled_first(app, start_worker, events):
+    """Remote control is drained before tasks, whatever the channels' rotation stands at.
+
+    While the solo worker runs a task, two revokes and then the task the
+    second revokes arrive; when the worker looks again all three wait.
+    kombu's fair rotation would move on to the task channel after the first
+    revoke and run the task; the pidbox channel goes first every time.
+    """
+    start_worker("w1")
+
+    def started(key: str) -> bool:
+        return any(e.kind == "start" and e.words[0] == key for e in read_events(events))
+
+    for i in range(2):
+        busy = app.send_task("record", (f"busy{i}", 0.5))
+        wait_for(lambda: started(f"busy{i}"), 20, f"busy{i} to start")  # noqa: B023
+        target = app.signature("record", (f"revoked{i}",))
+        result = target.freeze()
+        app.control.revoke(f"another-task-{i}")
+        app.control.revoke(result.id)
+        target.apply_async()
+        assert busy.get(timeout=20) == f"busy{i}"
+        with pytest.raises(TaskRevokedError):
+            result.get(timeout=20)
+    assert not [e for e in read_events(events) if e.words and e.words[0].startswith("revoked")]

@@ -63,6 +63,7 @@ from .channel import (
     delivery_tag,
     reserved_by_token,
 )
+from .cycle import ControlFirstCycle
 from .options import (
     TRANSPORT_OPTIONS,
     TransportOptions,
@@ -150,6 +151,7 @@ class Transport(virtual.Transport):
     """kombu transport on simplebroker-redis: leases, heartbeat, Pub/Sub wake-ups."""
 
     Channel = Channel
+    Cycle = ControlFirstCycle  # remote control before tasks (see .cycle)
     driver_type = "redis"
     driver_name = "simplebroker-redis"
     #: The URL (``redis://``, ``rediss://``, ``unix://``) is the runner's target, unparsed.
