@@ -207,12 +207,18 @@ def test_renewal_keeps_a_long_holder_safe_past_several_lease_lengths(runner, bro
     assert leases.renew([lease.token]) == {lease.token}
 
 
-def test_two_recoverers_never_recover_the_same_token_twice(runner, broker, redis_url, namespace):
+def test_two_recoverers_never_recover_the_same_token_twice(
+    runner, broker, redis_url, namespace, raw
+):
     leases = Leases(runner)
     _fill(broker, "tasks", 50)
-    tokens = [leases.reserve("tasks", 5, 0.05).token for _ in range(10)]
+    tokens = [leases.reserve("tasks", 5, 0.2).token for _ in range(10)]
     assert len(set(tokens)) == 10
-    time.sleep(0.1)
+    time.sleep(0.3)
+    # On a loaded machine a later reservation can already have recovered an
+    # earlier, expired one (reservations carry recovery): count what is held.
+    held = raw.zcard(f"sb:{{{namespace}}}:reserved")
+    assert held >= 5
     results: list[int] = []
 
     def recover() -> None:
@@ -227,7 +233,7 @@ def test_two_recoverers_never_recover_the_same_token_twice(runner, broker, redis
         thread.start()
     for thread in threads:
         thread.join()
-    assert sum(results) == 50
+    assert sum(results) == held
     assert broker.get_queue_stat("tasks").pending == 50
     assert len(broker.claim_many("tasks", 100)) == 50
 

@@ -11,7 +11,7 @@ from simplebroker.ext import DatabaseError, DataError
 
 from . import calls
 from .keys import ID_WIDTH, MAGIC
-from .runner import RedisRunner, forget_shared_runners
+from .runner import RedisRunner, release_shared_runners
 
 #: Oldest server major version with every command the scripts use.
 MIN_SERVER_MAJOR: Final[int] = 7
@@ -111,7 +111,7 @@ def cleanup(runner: RedisRunner) -> bool:
         return count
 
     deleted += int(runner.execute(sweep))
-    forget_shared_runners(keys.namespace)
+    release_shared_runners(keys.namespace)
     return deleted > 0
 
 

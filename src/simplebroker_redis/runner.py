@@ -786,6 +786,22 @@ def forget_shared_runners(namespace: str | None = None) -> None:
                 runner.mark_initialized(False)
 
 
+def release_shared_runners(namespace: str) -> None:
+    """Drop and disconnect the shared runners of ``namespace`` (it was deleted).
+
+    Without this a process that deletes many namespaces (a test suite, a tool
+    sweeping old ones) would keep a pool of connections open for each of them
+    until it exits. A core still holding one of these runners reconnects, and
+    initializes the namespace again, on its next call.
+    """
+    with _SHARED_LOCK:
+        mine = [key for key, runner in _SHARED.items() if runner.options.namespace == namespace]
+        released = [_SHARED.pop(key) for key in mine]
+    for runner in released:
+        runner.mark_initialized(False)
+        runner.close()
+
+
 @atexit.register
 def _close_shared_runners() -> None:
     with _SHARED_LOCK:
