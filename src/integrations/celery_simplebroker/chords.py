@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from celery import states
-from celery.backends.base import _create_chord_error_with_cause
 from celery.canvas import maybe_signature
 from celery.exceptions import ChordError
 from celery.result import GroupResult, allow_join_result
@@ -54,6 +53,13 @@ CHORD_FALLBACK_LIFETIME: Final[int] = 86_400
 
 #: Retries of a chord's commit after a connection error (without ``result_backend_always_retry``).
 DISPATCH_RETRIES: Final[int] = 5
+
+
+def _chord_error(message: str, cause: BaseException) -> ChordError:
+    """Return a ChordError whose ``__cause__`` is ``cause`` (as Celery's backends raise it)."""
+    error = ChordError(message)
+    error.__cause__ = cause if isinstance(cause, Exception) else None
+    return error
 
 
 def _header_index(part: str) -> float:
@@ -80,7 +86,8 @@ class Chords:
         return self._core
 
     def _lifetime_ms(self) -> int:
-        seconds = self.backend.chord_expires
+        # result_chord_expires (Celery 5.7), else the results' own lifetime.
+        seconds = getattr(self.backend, "chord_expires", self.backend.expires)
         return int(seconds or CHORD_FALLBACK_LIFETIME) * 1000
 
     def _chord_key(self, group_id: str) -> str:
@@ -100,7 +107,9 @@ class Chords:
         if any(isinstance(result, GroupResult) for result in header.results):
             header.save(backend=self.backend)
             key = self.backend.get_key_for_group(header.id)
-            self.backend.expire(key, self.backend._chord_result_expires)
+            # Celery 5.7's lifetime of saved headers (never below result_expires).
+            lifetime = getattr(self.backend, "_chord_result_expires", self.backend.expires)
+            self.backend.expire(key, lifetime)
 
     def set_chord_size(self, group_id: str, chord_size: int) -> None:
         """Store how many header entries complete the chord of ``group_id`` (a new run)."""
@@ -158,7 +167,7 @@ class Chords:
         except Exception as exc:  # noqa: BLE001 - reported as the chord's error
             logger.exception("chord %r: joining its header failed", gid)
             backend.chord_error_from_stack(
-                callback, _create_chord_error_with_cause(f"Join error: {exc!r}", exc)
+                callback, _chord_error(f"Join error: {exc!r}", exc)
             )
             return
         publish = getattr(backend.app.amqp, "_retry_publish", None)
@@ -170,7 +179,7 @@ class Chords:
         except Exception as exc:  # noqa: BLE001 - reported as the chord's error
             logger.exception("chord %r: sending its body failed", gid)
             backend.chord_error_from_stack(
-                callback, _create_chord_error_with_cause(f"Callback error: {exc!r}", exc)
+                callback, _chord_error(f"Callback error: {exc!r}", exc)
             )
 
     def _header_values(self, gid: str, results: Iterable[tuple[str, str]]) -> list[Any]:
@@ -191,14 +200,14 @@ class Chords:
             except Exception as exc:
                 culprit = next(header._failed_join_report(), None)
                 reason = f"Dependency {culprit.id} raised {exc!r}" if culprit else repr(exc)
-                raise _create_chord_error_with_cause(reason, exc) from exc
+                raise _chord_error(reason, exc) from exc
         values = []
         for _, stored in sorted(results, key=lambda item: _header_index(item[0])):
             _, tid, state, value = backend.decode(decode_value(stored))
             if state in states.EXCEPTION_STATES:
                 value = backend.exception_to_python(value)
             if state in states.PROPAGATE_STATES:
-                raise _create_chord_error_with_cause(f"Dependency {tid} raised {value!r}", value)
+                raise _chord_error(f"Dependency {tid} raised {value!r}", value)
             values.append(value)
         return values
 
