@@ -6,7 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean peer-tests-protean peer-tests-kombu
+.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean \
+	peer-tests peer-tests-celery peer-tests-kombu peer-tests-protean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +68,17 @@ peer-tests-protean: install
 # git directory (KOMBU_REV: its tag; default: the installed version's sdist, kept in .peer/).
 peer-tests-kombu: install
 	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE)) $(if $(KOMBU_REV),--rev $(KOMBU_REV))
+
+# Celery's own integration suites (t/integration/ of the installed Celery
+# version) on Celery's Redis transport and on ours, side by side; not part of
+# `make test` (about 40 minutes). PEER_ARGS, e.g.: --suites tasks -k revoke,
+# --source <Celery checkout or git dir>. The summary goes to .peer/celery-summary.md.
+PEER_ARGS ?=
+peer-tests-celery: install
+	$(BIN)/python peer/celery/celery_suites.py $(PEER_ARGS)
+
+# All three peer suites (about 50 minutes in all).
+peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean
 
 clean:
 	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

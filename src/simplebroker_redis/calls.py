@@ -897,6 +897,8 @@ class ChordPart:
 
     seen: int  #: header entries counted so far (-1: the body was dispatched already)
     dispatch: bool  #: this call must dispatch the body
+    #: For the call that must: every entry's (part, result), in no particular order.
+    results: tuple[tuple[str, str], ...] = ()
 
     @property
     def done(self) -> bool:
@@ -949,18 +951,39 @@ def celery_unbind(keys: Keyspace, queue: str) -> Call[int]:
 
 
 def _chord_part(raw: Any) -> ChordPart:
-    return ChordPart(int(raw[0]), bool(int(raw[1])))
+    pairs = tuple((str(raw[i]), str(raw[i + 1])) for i in range(2, len(raw) - 1, 2))
+    return ChordPart(int(raw[0]), bool(int(raw[1])), pairs)
+
+
+def _chord_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("a chord's size must be an integer >= 0")
+    return size
+
+
+def celery_chord_size(keys: Keyspace, chord: str, size: int, lifetime_ms: int) -> Call[int]:
+    """``celery_chord_size.lua``: ``chord`` completes after ``size`` entries; a new run."""
+    args = (_chord_size(size), _lifetime(lifetime_ms))
+    return Call(_int, "celery_chord_size", args, extra_keys=keys.celery_chord(chord))
+
+
+def celery_chord_add(keys: Keyspace, chord: str, lifetime_ms: int) -> Call[int]:
+    """``celery_chord_add.lua``: ``chord`` waits for one more header entry."""
+    args = (_lifetime(lifetime_ms),)
+    return Call(_int, "celery_chord_add", args, extra_keys=keys.celery_chord(chord))
 
 
 def celery_chord_part(
-    keys: Keyspace, chord: str, part: str, size: int, lifetime_ms: int
+    keys: Keyspace, chord: str, part: str, result: str, size: int, lifetime_ms: int
 ) -> Call[ChordPart]:
-    """``celery_chord_part.lua``: count header entry ``part`` of ``chord`` (Celery's key name)."""
+    """``celery_chord_part.lua``: record header entry ``part`` of ``chord`` with its result.
+
+    ``chord`` is Celery's key name; ``size`` is used only while no
+    :func:`celery_chord_size` was stored (0: unknown, nothing dispatches).
+    """
     if not part:
         raise ValueError("part must not be empty")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError("a chord's size must be an integer >= 1")
-    args = (part, size, _lifetime(lifetime_ms))
+    args = (part, result, _chord_size(size), _lifetime(lifetime_ms))
     return Call(_chord_part, "celery_chord_part", args, extra_keys=keys.celery_chord(chord))
 
 

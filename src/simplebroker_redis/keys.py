@@ -184,15 +184,18 @@ class Keyspace:
         """
         return f"{self.prefix}{CELERY_PREFIX}{name}"
 
-    def celery_chord(self, name: str) -> tuple[str, str]:
-        """Return the keys of a chord's state: (parts seen, dispatch claim).
+    def celery_chord(self, name: str) -> tuple[str, str, str, str]:
+        """Return the keys of a chord's state: (parts, dispatch claim, size, results).
 
-        ``name`` is Celery's key name of the chord (``chord-unlock-<group>``);
-        the set holds ``"<task id>:<header index>"`` of every finished header
-        entry, the string the member that dispatches the body, then ``done``.
+        ``name`` is Celery's key name of the chord (``chord-unlock-<group>``).
+        The parts set holds ``"<task id>:<header index>"`` of every finished
+        header entry, the results hash maps each to its result; the claim
+        string holds the member that dispatches the body, then ``done``; the
+        size hash holds ``size`` (Celery's ``set_chord_size``) and ``extra``
+        (``add_to_chord``).
         """
         parts = self.celery_entry(name)
-        return parts, f"{parts}.dispatch"
+        return parts, f"{parts}.dispatch", f"{parts}.size", f"{parts}.results"
 
     @property
     def scan_pattern(self) -> str:

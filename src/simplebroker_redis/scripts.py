@@ -82,6 +82,8 @@ ScriptName = Literal[
     "celery_bind",
     "celery_exchange_table",
     "celery_unbind",
+    "celery_chord_size",
+    "celery_chord_add",
     "celery_chord_part",
     "celery_chord_dispatch",
     "celery_store",

@@ -89,6 +89,17 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
             raise self.retry(countdown=countdown)
         return f"{key}:{self.request.retries}"
 
+    @app.task(shared=False, name="identity")
+    def identity(value: Any) -> Any:
+        return value
+
+    @app.task(shared=False, name="add_to_own_chord", bind=True)
+    def add_to_own_chord(self: Any, values: list[int]) -> int:
+        """Add one task per value to this task's chord (the body waits for them too)."""
+        for value in values:
+            self.add_to_chord(app.signature("add", (value, 1)))
+        return 0
+
     @app.task(shared=False, name="collect")
     def collect(keys: list[str]) -> list[str]:
         note(log, "body", len(keys))

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 from celery import states
-from celery.result import AsyncResult, GroupResult
 
+from celery_simplebroker.chords import Chords
 from simplebroker_redis import RedisBrokerCore, RedisRunner
 
 
@@ -34,30 +34,30 @@ def core(redis_url: str, namespace: str):
 
 
 def make_chord(app: Any, size: int, failed: int | None = None) -> tuple[list[Any], str]:
-    """Store a finished header of ``size`` tasks (part ``failed`` raised).
+    """Start a chord of ``size`` header tasks (part ``failed`` raises); nothing finished yet.
 
-    Return each part's request and the chord's key name.
+    Return each part's request (its result in ``.result``) and the chord's key name.
     """
     backend = app.backend
     gid = f"g-{id(app)}"
-    ids = [f"{gid}-part{i}" for i in range(size)]
-    GroupResult(gid, [AsyncResult(task_id, app=app) for task_id in ids]).save(backend=backend)
     body = app.signature("collect", queue="bodies")
     body.freeze()
+    backend.set_chord_size(gid, size)  # as Celery does when it sends the header's last task
     requests = []
-    for index, task_id in enumerate(ids):
-        if index == failed:
-            backend.store_result(task_id, ValueError("boom"), states.FAILURE)
-        else:
-            backend.store_result(task_id, f"k{index}", states.SUCCESS)
+    for index in range(size):
+        task_id = f"{gid}-part{index}"
+        failure = index == failed
         requests.append(
             SimpleNamespace(
-                id=task_id, group=gid, group_index=index, chord=dict(body, chord_size=size)
+                id=task_id,
+                group=gid,
+                group_index=index,
+                chord=dict(body),
+                state=states.FAILURE if failure else states.SUCCESS,
+                result=ValueError("boom") if failure else f"k{index}",
             )
         )
     return requests, backend.get_key_for_chord(gid).decode()
-
-
 def bodies(core: RedisBrokerCore) -> list[list[Any]]:
     """The args of every chord body waiting in the ``bodies`` queue."""
     return [
@@ -67,7 +67,7 @@ def bodies(core: RedisBrokerCore) -> list[list[Any]]:
 
 
 def finish(app: Any, request: Any) -> None:
-    app.backend.on_chord_part_return(request, states.SUCCESS, None)
+    app.backend.on_chord_part_return(request, request.state, request.result)
 
 
 def test_a_dispatch_cut_before_its_commit_sent_nothing_and_runs_again(
@@ -76,25 +76,24 @@ def test_a_dispatch_cut_before_its_commit_sent_nothing_and_runs_again(
     requests, chord = make_chord(app, 3)
     finish(app, requests[0])
     finish(app, requests[1])
-    backend = type(app.backend)
-    commit = backend._commit_once
+    commit = Chords._commit_once
 
     def die(self: Any, *args: Any) -> bool:
         raise Died()
 
-    monkeypatch.setattr(backend, "_commit_once", die)
+    monkeypatch.setattr(Chords, "_commit_once", die)
     with pytest.raises(Died):
         finish(app, requests[2])  # joined the header, "sent" the body: staged only
     assert bodies(core) == []
-    parts, claim = core.runner.keys.celery_chord(chord)
+    parts, claim, size, results = core.runner.keys.celery_chord(chord)
     assert raw.get(claim) == f"{requests[2].id}:2"  # the right to dispatch is still its own
-    assert raw.scard(parts) == 3
-    monkeypatch.setattr(backend, "_commit_once", commit)
+    assert raw.scard(parts) == 3 and raw.hlen(results) == 3
+    monkeypatch.setattr(Chords, "_commit_once", commit)
     finish(app, requests[0])  # another part again: not the dispatcher
     assert bodies(core) == []
     finish(app, requests[2])  # the header task redelivered: dispatches now
     assert bodies(core) == [[["k0", "k1", "k2"]]]
-    assert raw.get(claim) == "done" and raw.exists(parts) == 0
+    assert raw.get(claim) == "done" and raw.exists(parts, size, results) == 0
     for request in requests:  # late duplicates of every part
         finish(app, request)
     assert bodies(core) == [[["k0", "k1", "k2"]]]
@@ -105,8 +104,7 @@ def test_a_commit_whose_reply_was_lost_is_retried_without_a_second_body(
 ):
     requests, chord = make_chord(app, 2)
     finish(app, requests[0])
-    backend = type(app.backend)
-    commit = backend._commit_once
+    commit = Chords._commit_once
     calls: list[bool] = []
 
     def lose_reply(self: Any, *args: Any) -> bool:
@@ -115,7 +113,7 @@ def test_a_commit_whose_reply_was_lost_is_retried_without_a_second_body(
             raise redis.ConnectionError("connection lost after the script ran")
         return calls[-1]
 
-    monkeypatch.setattr(backend, "_commit_once", lose_reply)
+    monkeypatch.setattr(Chords, "_commit_once", lose_reply)
     finish(app, requests[1])
     assert calls == [True, False]  # the retry found the chord done and wrote nothing
     assert bodies(core) == [[["k0", "k1"]]]
@@ -139,15 +137,25 @@ def test_the_last_part_dispatches_even_when_no_replica_confirms_it(
         "wait_replicas": 5,  # more than any test topology has
         "wait_timeout": 0.05,
     }
-    durable.conf.result_backend_always_retry = False  # else Celery retries the last DEL 50 times
+    runner = durable.backend.runner
+    short: list[str] = []
+
+    def run(call: Any) -> Any:
+        try:
+            return type(runner).run(runner, call)
+        except ReplicationTimeout:
+            short.append(call.script)
+            raise
+
     try:
-        with pytest.raises(ReplicationTimeout):
-            finish(durable, requests[2])  # the group's DEL, after the dispatch, comes back short
+        runner.run = run  # type: ignore[method-assign]
+        finish(durable, requests[2])  # neither the count nor the commit is confirmed
     finally:
         durable.close()
+    assert short == ["celery_chord_part", "celery_chord_dispatch"]
     assert bodies(core) == [[["k0", "k1", "k2"]]]
-    parts, claim = core.runner.keys.celery_chord(chord)
-    assert raw.get(claim) == "done" and raw.exists(parts) == 0
+    parts, claim, size, results = core.runner.keys.celery_chord(chord)
+    assert raw.get(claim) == "done" and raw.exists(parts, size, results) == 0
     assert "commit failed" not in caplog.text  # the commit's own reply was used, not a retry
 
 
@@ -158,7 +166,7 @@ def test_error_callbacks_of_a_failed_chord_are_committed_with_the_mark(app, core
     finish(app, requests[0])
     finish(app, requests[1])  # the header failed: errbacks instead of the body
     finish(app, requests[1])
-    _, claim = core.runner.keys.celery_chord(chord)
+    _, claim, _, _ = core.runner.keys.celery_chord(chord)
     assert raw.get(claim) == "done"
     rows = core.peek_many("bodies", 100, with_timestamps=False)
     assert [json.loads(row)["headers"]["task"] for row in rows] == ["on_chord_error"]

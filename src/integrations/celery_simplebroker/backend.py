@@ -3,90 +3,40 @@
 Select it with ``result_backend = "simplebroker+redis://host:6379/0"`` (the
 ``celery.result_backends`` entry point needs no import). Results, states
 and metadata live under ``sb:{<namespace>}:celery:celery-task-meta-<id>``
-(Celery's key names inside the namespace's hash tag) and expire after
-``result_expires``. Storing a task's result publishes a wake-up in the same
-transaction, so ``AsyncResult.get()`` and ``GroupResult.join_native()``
-sleep on Pub/Sub instead of polling (``interval`` only paces
-``on_interval`` callbacks; a safety re-read happens every
-:data:`SAFETY_RECHECK` seconds).
+(Celery's key names inside the namespace's hash tag, values as
+:mod:`.entries` writes them) and expire after ``result_expires``. Storing a
+task's result is one script that also wakes its waiters and, in the worker
+holding the task, acknowledges it.
 
-Chords count each finished header entry once, whatever its task's
-deliveries, and exactly one call dispatches the body:
-``celery_chord_part.lua`` adds the entry to a set and, when the set is
-complete, hands the dispatch to one caller atomically. That caller's
-publishes are staged (:mod:`.staging`) and written together with the
-chord's ``done`` mark by ``celery_chord_dispatch.lua``, so a caller that
-died before that script sent nothing and gets the dispatch again when its
-task is redelivered, and one that died after it has marked the chord done.
+Two parts live in modules of their own, as Celery's Redis backend keeps
+its result waiting in a ``ResultConsumer``: waiting for results
+(:mod:`.consumer`) and chords (:mod:`.chords`).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import threading
-import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import redis
 from celery import states
 from celery.backends.base import KeyValueStoreBackend
-from celery.canvas import maybe_signature
-from celery.exceptions import ChordError, TimeoutError
-from celery.result import GroupResult, allow_join_result
 from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import AccessDenied, RedisBrokerCore, ReplicationTimeout, calls
-from simplebroker_redis.activity import QueueActivityWaiter, open_waiter
-from simplebroker_redis.validation import validate_queue_name
+from simplebroker_redis import AccessDenied, ReplicationTimeout, calls
 
 from .acks import Ahead, ResultAcks, holder_of
+from .chords import Chords
+from .consumer import ResultConsumer
+from .entries import decode_value, encode_value, wake_name
 from .envelope import parse_tag
 from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
-from .staging import staging
 from .urls import check_app_urls
 
 logger = logging.getLogger("celery_simplebroker")
-
-#: Seconds between re-reads of a result while no wake-up arrives (wake-ups are hints).
-SAFETY_RECHECK: Final[float] = 5.0
-
-#: Lifetime of chord bookkeeping when results never expire (seconds).
-CHORD_FALLBACK_LIFETIME: Final[int] = 86_400
-
-#: Retries of a chord's commit after a connection error (without ``result_backend_always_retry``).
-DISPATCH_RETRIES: Final[int] = 5
-
-_BINARY = "\x00b:"  # marks a base64 value (a serializer's non-UTF-8 bytes)
-_ESCAPED = "\x00t:"  # marks text that starts with NUL itself
-
-
-def encode_value(value: str | bytes) -> str:
-    """Return text for Redis: text verbatim (readable JSON), bytes as marked base64."""
-    if isinstance(value, bytes):
-        return _BINARY + base64.b64encode(value).decode("ascii")
-    return _ESCAPED + value if value.startswith("\x00") else value
-
-
-def decode_value(text: str | bytes | None) -> str | bytes | None:
-    """Return what :func:`encode_value` was given."""
-    if text is None or isinstance(text, bytes) or not text.startswith("\x00"):
-        return text
-    if text.startswith(_BINARY):
-        return base64.b64decode(text[len(_BINARY) :])
-    return text[len(_ESCAPED) :] if text.startswith(_ESCAPED) else text
-
-
-def wake_name(task_id: str) -> str:
-    """Return the pseudo queue whose wake-up channel announces ``task_id``'s result."""
-    name = f"celery-result.{task_id}"
-    try:
-        return validate_queue_name(name)
-    except ValueError:
-        return "celery-result.x" + hashlib.sha256(task_id.encode("utf-8")).hexdigest()[:40]
 
 
 class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery is untyped
@@ -98,7 +48,9 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
     supports_autoexpire = True
     supports_native_join = True
-    implements_incr = True
+    # Not Celery's counter-based chords (their apply_chord saves every header,
+    # unrolling a generator): this backend's own, in .chords.
+    implements_incr = False
 
     def __init__(self, app: Any = None, url: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("expires_type", int)
@@ -107,7 +59,8 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         check_app_urls(self.app)  # a producer may not have finalized its app yet
         self.runner = make_runner(resolve_target(url), options)
         warn_unknown_options("result_backend_transport_options", options, BACKEND_OPTIONS)
-        self._core: RedisBrokerCore | None = None
+        self.consumer = ResultConsumer(self, self.runner)
+        self.chords = Chords(self, self.runner)
         self._finishing = threading.local()  # the request mark_as_done is storing
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
@@ -127,13 +80,6 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         return isinstance(exc, (OperationalError, redis.ConnectionError, redis.TimeoutError))
 
     # -- key/value primitives ----------------------------------------------------------
-    @property
-    def core(self) -> RedisBrokerCore:
-        """Return the SimpleBroker connection that writes a chord's staged messages."""
-        if self._core is None:
-            self._core = RedisBrokerCore(self.runner)
-        return self._core
-
     def _key(self, key: str | bytes) -> str:
         return self.runner.keys.celery_entry(bytes_to_str(key))
 
@@ -291,32 +237,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             name, seconds = self._key(key), int(value)
             self.runner.execute(lambda client: client.expire(name, seconds), writes=True)
 
-    # -- waiting ----------------------------------------------------------------------
-    def _waiter(self, task_ids: Iterable[str]) -> QueueActivityWaiter | None:
-        names = sorted({wake_name(bytes_to_str(task_id)) for task_id in task_ids})
-        try:
-            return open_waiter(self.runner, names, None)
-        except Exception as exc:  # noqa: BLE001 - without wake-ups we re-read on a timer
-            logger.debug("no result wake-ups: %s", exc)
-            return None
-
-    @staticmethod
-    def _nap(waiter: QueueActivityWaiter | None, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        if waiter is None:
-            time.sleep(min(seconds, 0.5))
-        else:
-            waiter.wait(seconds)
-
-    @staticmethod
-    def _close(waiter: QueueActivityWaiter | None) -> None:
-        if waiter is not None:
-            try:
-                waiter.close()
-            except Exception as exc:  # noqa: BLE001 - the listener recovers on its own
-                logger.debug("closing a result waiter failed: %s", exc)
-
+    # -- waiting (.consumer) and chords (.chords) ---------------------------------------
     def wait_for(
         self,
         task_id: str,
@@ -327,26 +248,9 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
     ) -> Any:
         """Return the task's meta once ready, woken by its result's Pub/Sub message."""
         self._ensure_not_eager()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiter = self._waiter([task_id])  # subscribed before the first read
-        try:
-            while True:
-                meta = self.get_task_meta(task_id)
-                if meta["status"] in states.READY_STATES:
-                    return meta
-                if on_interval:
-                    on_interval()
-                nap = interval if on_interval else SAFETY_RECHECK
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TimeoutError("The operation timed out.")
-                    nap = min(nap, remaining)
-                self._nap(waiter, nap)
-        finally:
-            self._close(waiter)
+        return self.consumer.wait_for(task_id, timeout, interval, on_interval)
 
-    def get_many(  # noqa: C901 - mirrors Celery's loop, plus the wake-up wait
+    def get_many(
         self,
         task_ids: Iterable[str],
         timeout: float | None = None,
@@ -358,174 +262,22 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         READY_STATES: frozenset[str] = states.READY_STATES,  # noqa: N803 - Celery's name
     ) -> Iterator[tuple[str, Any]]:
         """Yield (task id, meta) as results become ready, woken through Pub/Sub."""
-        ids = {bytes_to_str(task_id) for task_id in task_ids}
-        for task_id in list(ids):
-            cached = self._cache.get(task_id)
-            if cached is not None and cached["status"] in READY_STATES:
-                ids.discard(task_id)
-                yield task_id, cached
-        if not ids:
-            return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiter = self._waiter(ids)
-        iterations = 0
-        try:
-            while ids:
-                keys = list(ids)
-                values = self.mget([self.get_key_for_task(key) for key in keys])
-                ready = self._mget_to_results(values, keys, READY_STATES)
-                self._cache.update(ready)
-                ids.difference_update(ready)
-                for task_id, meta in ready.items():
-                    if on_message is not None:
-                        on_message(meta)
-                    yield bytes_to_str(task_id), meta
-                if not ids:
-                    return
-                if on_interval:
-                    on_interval()
-                nap = interval if on_interval else SAFETY_RECHECK
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TimeoutError(f"Operation timed out ({timeout})")
-                    nap = min(nap, remaining)
-                self._nap(waiter, nap)
-                iterations += 1
-                if max_iterations and iterations >= max_iterations:
-                    return
-        finally:
-            self._close(waiter)
+        return self.consumer.get_many(
+            task_ids, timeout, interval, on_message, on_interval, max_iterations, READY_STATES
+        )
 
-    # -- chords ---------------------------------------------------------------------------
-    def _chord_lifetime(self) -> int:
-        return int(self.expires) if self.expires else CHORD_FALLBACK_LIFETIME
+    def apply_chord(self, header_result_args: Any, body: Any, **kwargs: Any) -> None:
+        """Prepare a chord before its header is sent (see :meth:`.Chords.apply_chord`)."""
+        self.chords.apply_chord(header_result_args, body, **kwargs)
+
+    def set_chord_size(self, group_id: str, chord_size: int) -> None:
+        """Store how many header entries complete the chord of ``group_id``."""
+        self.chords.set_chord_size(group_id, chord_size)
+
+    def add_to_chord(self, group_id: str, result: Any) -> None:
+        """Make the chord of ``group_id`` wait for one more header entry."""
+        self.chords.add_to_chord(group_id, result)
 
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> None:
         """Count a finished header task once; the call completing the chord dispatches the body."""
-        gid = request.group
-        if not gid:
-            return
-        callback = maybe_signature(request.chord, app=self.app)
-        size = request.chord.get("chord_size")
-        deps = None
-        if size is None:
-            deps = self._restore(gid, callback)
-            if deps is None:
-                return
-            size = len(deps)
-        chord = bytes_to_str(self.get_key_for_chord(gid))
-        lifetime = self._chord_lifetime()
-        part = f"{request.id}:{getattr(request, 'group_index', None)}"
-        count = calls.celery_chord_part(self.runner.keys, chord, part, int(size), lifetime * 1000)
-        try:
-            counted = self.runner.run(count)
-        except ReplicationTimeout as exc:
-            # Counted on the primary: when this part completed the chord,
-            # the right to dispatch it is this call's alone.
-            counted = exc.result
-        if counted.done:
-            logger.info("chord %s already dispatched; ignoring a repeated header task", gid)
-            return
-        if not counted.dispatch:
-            self.expire(self.get_key_for_group(gid), lifetime)
-            return
-        with staging(self.runner.identity) as stage:
-            try:
-                deps = deps or self._restore(gid, callback)
-                if deps is not None:
-                    self._dispatch(gid, deps, callback)
-            finally:
-                self._commit_dispatch(chord, part, lifetime * 1000, stage.messages)
-        if deps is not None:
-            deps.delete()
-
-    def _commit_dispatch(
-        self, chord: str, part: str, lifetime_ms: int, messages: list[tuple[str, str]]
-    ) -> None:
-        """Write the staged messages and mark the chord done, in one script; retried.
-
-        A retry is safe: an attempt whose reply was lost marked the chord
-        done, so the next one writes nothing (it finds the claim gone).
-        """
-        retries = 0
-        while True:
-            try:
-                committed = self._commit_once(chord, part, lifetime_ms, messages)
-                break
-            except Exception as exc:
-                pause = self._commit_pause(exc, retries)
-                if pause is None:
-                    raise
-                retries += 1
-                logger.warning("chord %s: commit failed (%s); retry in %.1f s", chord, exc, pause)
-                time.sleep(pause)
-        if not committed:
-            logger.warning(
-                "chord %s was marked done already (by another run of header task %s, or by "
-                "an attempt whose reply was lost): nothing sent again",
-                chord,
-                part,
-            )
-
-    def _commit_pause(self, exc: Exception, retries: int) -> float | None:
-        """Return the pause before retrying a chord's commit, or None to give up."""
-        if not self.exception_safe_to_retry(exc):
-            return None
-        if self.always_retry:
-            if retries >= self.max_retries:
-                return None
-            return float(self.max_sleep_between_retries_ms) / 1000 * min(1.0, 2.0**retries / 64)
-        if retries >= DISPATCH_RETRIES:
-            return None
-        return min(0.2 * 2.0**retries, 2.0)
-
-    def _commit_once(
-        self, chord: str, part: str, lifetime_ms: int, messages: list[tuple[str, str]]
-    ) -> bool:
-        keys = self.runner.keys
-        try:
-            if messages:
-                outcome = self.core.run_allocating(
-                    len(messages),
-                    lambda candidates: calls.celery_chord_dispatch(
-                        keys, chord, part, lifetime_ms, messages, candidates[0]
-                    ),
-                    lambda dispatch: dispatch.ids,
-                )
-            else:
-                outcome = self.runner.run(
-                    calls.celery_chord_dispatch(keys, chord, part, lifetime_ms, (), None)
-                )
-        except ReplicationTimeout as exc:
-            # Committed on the primary; a retry would find the chord done.
-            outcome = exc.result
-        return bool(outcome.committed)
-
-    def _restore(self, gid: str, callback: Any) -> Any:
-        try:
-            deps = GroupResult.restore(gid, backend=self)
-        except Exception as exc:  # noqa: BLE001 - reported as the chord's error
-            logger.exception("chord %r: cannot restore its group", gid)
-            self.chord_error_from_stack(callback, ChordError(f"Cannot restore group: {exc!r}"))
-            return None
-        if deps is None:
-            self.chord_error_from_stack(callback, ChordError(f"GroupResult {gid} no longer exists"))
-        return deps
-
-    def _dispatch(self, gid: str, deps: Any, callback: Any) -> None:
-        join = deps.join_native if deps.supports_native_join else deps.join
-        try:
-            with allow_join_result():
-                values = join(timeout=self.app.conf.result_chord_join_timeout, propagate=True)
-        except Exception as exc:  # noqa: BLE001 - a failed header fails the chord
-            culprit = next(deps._failed_join_report(), None)
-            reason = f"Dependency {culprit.id} raised {exc!r}" if culprit else repr(exc)
-            logger.error("chord %r raised: %s", gid, reason)
-            self.chord_error_from_stack(callback, ChordError(reason))
-            return
-        try:
-            callback.delay(values)
-        except Exception as exc:  # noqa: BLE001 - reported as the chord's error
-            logger.exception("chord %r: sending its body failed", gid)
-            self.chord_error_from_stack(callback, ChordError(f"Callback error: {exc!r}"))
+        self.chords.on_chord_part_return(request, state, result)

@@ -197,6 +197,10 @@ class Channel(virtual.Channel):
         self.poller.consumers_changed(consuming=True)
         return result
 
+    def consumes_without_ack(self) -> bool:
+        """Return True when this channel consumes a queue without acknowledgements (pidbox)."""
+        return bool(self._noack)
+
     def basic_cancel(self, consumer_tag: str) -> Any:
         """Stop consuming; messages reserved but not delivered go back at once.
 

@@ -34,6 +34,7 @@ from simplebroker.ext import OperationalError
 from . import acks
 from .bindings import Declarations
 from .channel import Channel
+from .cycle import ControlFirstCycle
 from .errors import (
     AuthenticationFailed,
     ConnectTimedOut,
@@ -58,6 +59,7 @@ class Transport(virtual.Transport):
     """kombu transport on simplebroker-redis: leases, heartbeat, Pub/Sub wake-ups."""
 
     Channel = Channel
+    Cycle = ControlFirstCycle  # remote control before tasks (see .cycle)
     driver_type = "redis"
     driver_name = "simplebroker-redis"
     #: The URL (``redis://``, ``rediss://``, ``unix://``) is the runner's target, unparsed.

@@ -6,8 +6,9 @@
 -- holding the claim dispatches again when its task runs again.
 -- uses: guard, members, bulk, ids, celery, counters
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
---       1 the parts seen (set), 2 the dispatch claim (string), as in
---       celery_chord_part.lua.
+--       1 the parts (set), 2 the dispatch claim (string), 3 the size
+--       (hash), 4 the results (hash), as in celery_chord_part.lua; all but
+--       the claim are deleted with the 'done' mark.
 -- ARGV: 1 wake prefix, 2 the part that holds the claim, 3 lifetime of the
 --       'done' mark in ms ('0' = none), 4 candidate ID of the first message
 --       (client clock, 19 digits; '' when there is no message), then pairs
@@ -16,14 +17,17 @@
 -- the claim is not this part's (the chord was done already): nothing written.
 -- Raises (before any write): ARG, WRONGTYPE, UNINITIALIZED/FOREIGN/SCHEMA,
 -- CLOCK, IDCONFLICT, IDRANGE. One wake-up is published per queue written.
-celery_key_count(2)
+celery_key_count(4)
 local parts, claim_key = KEYS[FIXED_KEYS + 1], KEYS[FIXED_KEYS + 2]
+local size_key, results = KEYS[FIXED_KEYS + 3], KEYS[FIXED_KEYS + 4]
 local part, lifetime, candidate = ARGV[2], lifetime_ms(ARGV[3]), ARGV[4]
 if not part or part == '' then fail('ARG', 'expected a part') end
 local count = (#ARGV - 4) / 2
 if count < 0 or count ~= math.floor(count) then fail('ARG', 'expected (queue, body) pairs') end
 if (count > 0) ~= (candidate ~= '') then fail('ARG', 'a candidate ID for the messages, and only then') end
 check_kind(parts, 'set')
+check_kind(size_key, 'hash')
+check_kind(results, 'hash')
 local claim = redis.call('GET', claim_key)
 -- No claim at all: its lifetime ran out; sending beats losing the body.
 if claim and claim ~= part then return {0} end
@@ -61,7 +65,7 @@ if lifetime > 0 then
 else
   redis.call('SET', claim_key, 'done')
 end
-redis.call('DEL', parts)
+redis.call('DEL', parts, size_key, results)
 for _, queue in ipairs(order) do wake(queue) end
 local reply = {1}
 for i = 1, count do reply[i + 1] = ids[i] end
