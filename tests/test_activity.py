@@ -443,6 +443,9 @@ def test_close_idle_listeners_closes_unused_connections_at_once(redis_url, names
     assert close_idle_listeners() >= 1
     assert time.monotonic() - started < IDLE_LINGER / 3  # did not linger
     assert listener.retirements == 1 and listener._pubsub is None
+    # Nothing counts as subscribed any more, or the next waiter would not wait
+    # for its subscription (a write right after it would be missed).
+    assert not listener._confirmed
     deadline = time.monotonic() + 10  # the server notices the closed socket
     while connected() and time.monotonic() < deadline:
         time.sleep(0.05)

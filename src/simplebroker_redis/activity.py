@@ -262,6 +262,11 @@ class WakeupListener:
     def _disconnect(self) -> None:
         with self._lock:
             self._epoch += 1
+            # Nothing is subscribed without a connection. A channel left here
+            # (its sunsubscribe reply unread when the thread retired) would let
+            # the next register() return before the new connection subscribed
+            # it, and a write made right then would wake nobody.
+            self._confirmed.clear()
             pubsub, self._pubsub = self._pubsub, None
             client, self._client = self._client, None
         for resource in (pubsub, client):
