@@ -334,6 +334,9 @@ def _celery_results(
     body = app.signature("collect", queue=n.main)
     body.freeze()
     chord = dict(body, chord_size=len(parts))
+    # Celery's set_chord_size, then add_to_chord for the second part: two in all.
+    backend.set_chord_size(group_id, len(parts) - 1)
+    backend.add_to_chord(group_id, async_result(parts[-1], app=app))
     for index, part in enumerate(parts):
         backend.store_result(part, index, states.SUCCESS)
         done = request(id=part, group=group_id, group_index=index, chord=chord)
