@@ -13,7 +13,6 @@ argument list or read a reply of their own. Each script's header
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -24,7 +23,7 @@ from simplebroker.metadata import QueueStats
 
 from .keys import FIXED_KEYS, Keyspace, format_id, queue_bounds
 from .scripts import ScriptName
-from .validation import optional_id, validate_queue_name
+from .validation import finite_number, optional_id, validate_queue_name
 
 R = TypeVar("R")
 
@@ -199,20 +198,13 @@ def lease_microseconds(lease_seconds: float | None) -> int:
     """
     if lease_seconds is None:
         return -1
-    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)):
-        raise TypeError("lease_seconds must be a number or None")
-    if not math.isfinite(lease_seconds) or lease_seconds < 0:
-        raise ValueError("lease_seconds must be a finite number >= 0")
-    return round(lease_seconds * 1_000_000_000) // 1000
+    seconds = finite_number(lease_seconds, "lease_seconds", bound=0)
+    return round(seconds * 1_000_000_000) // 1000
 
 
 def delay_microseconds(delay_seconds: float) -> int:
     """Return a delay as integer microseconds; raise for a non-finite or negative one."""
-    if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)):
-        raise TypeError("delay_seconds must be a number")
-    if not math.isfinite(delay_seconds) or delay_seconds < 0:
-        raise ValueError("delay_seconds must be a finite number >= 0")
-    return round(delay_seconds * 1_000_000)
+    return round(finite_number(delay_seconds, "delay_seconds", bound=0) * 1_000_000)
 
 
 def id_args(ids: Iterable[int] | None) -> list[str]:

@@ -11,7 +11,6 @@ line or a ``repr``: everything shown goes through :func:`redact_target`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
@@ -30,6 +29,7 @@ from .targets import (
     redact_target,
     target_has_password,
 )
+from .validation import number_problem
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -87,11 +87,10 @@ def _invalid(name: str, value: object, expected: str) -> InvalidConfigError:
 
 
 def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _invalid(name, value, "a number")
-    if not math.isfinite(value):
-        raise _invalid(name, value, "a finite number")
-    return float(value)
+    problem = number_problem(value)
+    if problem is not None:
+        raise _invalid(name, value, problem)
+    return float(value)  # type: ignore[arg-type] # a number, checked above
 
 
 class OptionKwargs(TypedDict, total=False):

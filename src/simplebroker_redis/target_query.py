@@ -8,11 +8,12 @@ refused instead of reaching redis-py as an unknown keyword.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import unquote_plus
+
+from .validation import number_problem
 
 # Only words redis-py reads the same way ("off" would be True to it).
 _FALSE_WORDS: Final[frozenset[str]] = frozenset({"false", "no", "0"})
@@ -27,7 +28,7 @@ def _seconds(value: str) -> str | None:
         number = float(value)
     except ValueError:
         return "seconds (a number > 0)"
-    return None if math.isfinite(number) and number > 0 else "seconds (a number > 0)"
+    return None if number_problem(number, bound=0, side=">") is None else "seconds (a number > 0)"
 
 
 def _whole(value: str) -> str | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
-from typing import Final
+from typing import Final, Literal
 
 from simplebroker.ext import MessageError, QueueNameError
 
@@ -36,6 +37,48 @@ def validate_queue_name(queue: object) -> str:
     if error is not None:
         raise QueueNameError(error)
     return queue
+
+
+def number_problem(
+    value: object, *, bound: float | None = None, side: Literal[">", ">="] = ">="
+) -> str | None:
+    """Return what ``value`` should have been, or None when it is a fine number.
+
+    A fine number is an ``int`` or ``float`` (not a ``bool``), finite, and
+    ``side bound`` when a bound is given. The answer completes a sentence
+    such as ``f"lease_seconds must be {problem}"``: ``"a number"``,
+    ``"a finite number"`` or ``"a finite number > 0"``. Every numeric
+    setting of the backend and its integrations is checked here, so they
+    refuse the same values in the same words; each caller raises its own
+    exception type.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "a number"
+    expected = "a finite number" if bound is None else f"a finite number {side} {bound:g}"
+    if not math.isfinite(value):
+        return expected
+    if bound is not None and (value <= bound if side == ">" else value < bound):
+        return expected
+    return None
+
+
+def finite_number(
+    value: object,
+    name: str,
+    *,
+    bound: float | None = None,
+    side: Literal[">", ">="] = ">=",
+) -> float:
+    """Return ``value`` as a float, or raise what Python raises for a bad argument.
+
+    TypeError when it is no number, ValueError when it is not finite or
+    outside ``side bound`` (see :func:`number_problem`).
+    """
+    problem = number_problem(value, bound=bound, side=side)
+    if problem is None:
+        return float(value)  # type: ignore[arg-type] # checked above
+    error = TypeError if problem == "a number" else ValueError
+    raise error(f"{name} must be {problem}")
 
 
 def optional_id(value: int | None) -> str:

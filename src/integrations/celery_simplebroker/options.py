@@ -13,7 +13,6 @@ import difflib
 import functools
 import hashlib
 import logging
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -22,7 +21,7 @@ from urllib.parse import quote
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
-from simplebroker_redis.validation import validate_queue_name
+from simplebroker_redis.validation import number_problem, validate_queue_name
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -175,10 +174,9 @@ def storage_queue(name: str) -> str:
 
 def _number(options: Mapping[str, Any], name: str, default: float) -> float:
     value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"transport option {name!r} must be a number")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"transport option {name!r} must be a finite number > 0")
+    problem = number_problem(value, bound=0, side=">")
+    if problem is not None:
+        raise ConfigurationError(f"transport option {name!r} must be {problem}")
     return float(value)
 
 

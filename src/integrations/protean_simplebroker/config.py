@@ -18,7 +18,6 @@ password never appears in it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from simplebroker.ext import InvalidConfigError
 
 from simplebroker_redis import DEFAULT_NAMESPACE, BackendOptions
 from simplebroker_redis.options import OPTION_NAMES, parse_target, redact_target
+from simplebroker_redis.validation import number_problem
 
 from .names import validate_prefix
 
@@ -98,10 +98,9 @@ def _bad(key: str, why: str) -> ConfigurationError:
 
 def _seconds(raw: Mapping[str, Any], key: str, default: float, *, positive: bool = True) -> float:
     value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(key, f"must be a number of seconds, not {value!r}")
-    if value <= 0 if positive else value < 0:
-        raise _bad(key, f"must be {'> 0' if positive else '>= 0'}, not {value!r}")
+    problem = number_problem(value, bound=0, side=">" if positive else ">=")
+    if problem is not None:
+        raise _bad(key, f"must be {problem} (seconds), not {value!r}")
     return float(value)
 
 

@@ -10,7 +10,6 @@ acknowledged.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -21,7 +20,7 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
-from simplebroker_redis.validation import validate_queue_name
+from simplebroker_redis.validation import number_problem, validate_queue_name
 
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
@@ -69,11 +68,10 @@ DEFAULT_MAX_DELIVERIES: Final[int] = 5
 
 
 def _number(name: str, value: object, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number")
-    if not math.isfinite(value) or value <= minimum:
-        raise ConfigurationError(f"{name} must be a finite number > {minimum:g}")
-    return float(value)
+    problem = number_problem(value, bound=minimum, side=">")
+    if problem is not None:
+        raise ConfigurationError(f"{name} must be {problem}")
+    return float(value)  # type: ignore[arg-type] # a number, checked above
 
 
 def _count(name: str, value: object) -> int:
@@ -90,7 +88,7 @@ def delay_seconds(label: object) -> float:
         delay = float(label)  # type: ignore[arg-type] # labels arrive as str or number
     except (TypeError, ValueError):
         raise LabelError(f"label 'delay' must be seconds, got {label!r}") from None
-    if not math.isfinite(delay):
+    if number_problem(delay) is not None:
         raise LabelError(f"label 'delay' must be finite, got {label!r}")
     return max(0.0, delay)
 

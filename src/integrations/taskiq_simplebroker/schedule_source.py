@@ -24,7 +24,6 @@ sending and confirming (a few milliseconds) makes its run go out twice.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -38,6 +37,7 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 from simplebroker_redis import ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.calls import LostRun, ScheduleKind
+from simplebroker_redis.validation import number_problem
 
 from .connection import close_runner, make_runner, pool_size
 from .errors import ConfigurationError, ScheduleError, is_transient
@@ -147,13 +147,9 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         max_connection_pool_size: int | None = None,
         **connection_kwargs: Any,
     ) -> None:
-        if (
-            isinstance(claim_seconds, bool)
-            or not isinstance(claim_seconds, (int, float))
-            or not math.isfinite(claim_seconds)
-            or claim_seconds <= 0
-        ):
-            raise ConfigurationError("claim_seconds must be a finite number > 0")
+        problem = number_problem(claim_seconds, bound=0, side=">")
+        if problem is not None:
+            raise ConfigurationError(f"claim_seconds must be {problem}")
         self.claim_seconds = float(claim_seconds)
         self._owns_runner = runner is None
         self.runner = make_runner(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 import weakref
@@ -16,7 +15,7 @@ from simplebroker.ext import TimestampError
 from .. import calls
 from ..errors import ScriptConflict
 from ..retry import ConflictBackoff
-from ..validation import validate_message, validate_queue_name
+from ..validation import finite_number, validate_message, validate_queue_name
 from .runner import AsyncRedisRunner
 
 _COUNTER_MASK = 0xFFF
@@ -120,10 +119,7 @@ class AsyncMessages:
         """
         validate_queue_name(queue)
         validate_message(body, self._max)
-        if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)):
-            raise TypeError("delay_seconds must be a number")
-        if not math.isfinite(delay_seconds):
-            raise ValueError("delay_seconds must be a finite number")
+        finite_number(delay_seconds, "delay_seconds")
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():
             self._pid, self._loops = os.getpid(), weakref.WeakKeyDictionary()
