@@ -250,13 +250,13 @@ def find(
 
 # -- probes: cheap read-only questions about one queue ----------------------------------
 def probe_exists(queue: str) -> Call[bool]:
-    """``probe.lua``: whether ``queue`` holds any message, claimed included."""
-    return Call(parse_bool, "probe", ("exists", queue, ""), idempotent=True)
+    """``probe_exists.lua``: whether ``queue`` holds any message, claimed included."""
+    return Call(parse_bool, "probe_exists", (queue,), idempotent=True)
 
 
 def probe_pending(queue: str, after: int | None = None) -> Call[bool]:
-    """``probe.lua``: whether ``queue`` has a pending message (above ``after``)."""
-    return Call(parse_bool, "probe", ("pending", queue, optional_id(after)), idempotent=True)
+    """``probe_pending.lua``: whether ``queue`` has a pending message (above ``after``)."""
+    return Call(parse_bool, "probe_pending", (queue, optional_id(after)), idempotent=True)
 
 
 def _optional_id(raw: Any) -> int | None:
@@ -264,8 +264,8 @@ def _optional_id(raw: Any) -> int | None:
 
 
 def probe_latest(queue: str) -> Call[int | None]:
-    """``probe.lua``: the newest pending message ID of ``queue``, or None."""
-    return Call(_optional_id, "probe", ("latest", queue, ""), idempotent=True)
+    """``probe_latest.lua``: the newest pending message ID of ``queue``, or None."""
+    return Call(_optional_id, "probe_latest", (queue,), idempotent=True)
 
 
 # -- deletes, renames, aliases, vacuum ---------------------------------------------------
