@@ -3,7 +3,8 @@
 Layers, lowest first (docs/architecture.md draws the same picture):
 
 0. foundation: constants and keys, errors, options, validation, IDs, the
-   Lua loader, typed script calls, backoff rules (and the dev server);
+   Lua loader, typed script calls and their types, backoff rules (and the
+   dev server);
 1. connection construction;
 2. the runners;
 3. what runs on a runner: namespace lifecycle, leases, activity, async writes;
@@ -41,8 +42,15 @@ LAYERS: dict[str, int] = {
     "scripts": 0,
     "errors": 0,
     "retry": 0,
+    "types": 0,
     "calls": 0,
-    "opcalls": 0,
+    "calls.base": 0,
+    "calls.queues": 0,
+    "calls.leases": 0,
+    "calls.journal": 0,
+    "calls.schedules": 0,
+    "calls.celery": 0,
+    "calls.operations": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,

@@ -20,6 +20,7 @@ from simplebroker_redis import (
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.types import DeadLetterAck, Lease, MultiLease, ValueWrite
 
 #: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
 TOPOLOGIES = ("single", "cluster", "sentinel")
@@ -333,13 +334,13 @@ def test_dead_letters_are_journaled_until_acknowledged_once(runner, broker, raw,
     # One of any number of acknowledgements takes the entry, and stores the
     # value only where none is.
     entry = page.entries[0]
-    result = calls.ValueWrite(runner.keys.result_key("t1"), "dead", 60_000)
-    assert leases.dead_letter_ack(entry.entry, result) == calls.DeadLetterAck(True, True)
-    assert leases.dead_letter_ack(entry.entry, result) == calls.DeadLetterAck(False, False)
+    result = ValueWrite(runner.keys.result_key("t1"), "dead", 60_000)
+    assert leases.dead_letter_ack(entry.entry, result) == DeadLetterAck(True, True)
+    assert leases.dead_letter_ack(entry.entry, result) == DeadLetterAck(False, False)
     assert 0 < raw.pttl(runner.keys.result_key("t1")) <= 60_000
     raw.set(runner.keys.result_key("t2"), "finished")
-    kept = calls.ValueWrite(runner.keys.result_key("t2"), "dead", None)
-    assert leases.dead_letter_ack(page.entries[1].entry, kept) == calls.DeadLetterAck(True, False)
+    kept = ValueWrite(runner.keys.result_key("t2"), "dead", None)
+    assert leases.dead_letter_ack(page.entries[1].entry, kept) == DeadLetterAck(True, False)
     assert raw.get(runner.keys.result_key("t2")) == "finished"
     assert [e.id for e in leases.dead_letters(["tasks", "elsewhere"]).entries] == [other]
     # A message deleted before its entry was read has no body any more.
@@ -454,7 +455,7 @@ def test_an_unconfirmed_reservation_still_names_what_it_reserved(
         Leases(durable).reserve("jobs", 10, 30.0)
     durable.shutdown()
     lease, leases = info.value.result, Leases(runner)
-    assert isinstance(lease, calls.Lease) and lease.ids == tuple(ids)
+    assert isinstance(lease, Lease) and lease.ids == tuple(ids)
     assert [leases.deliveries(i) for i in ids] == [1, 1]
     assert broker.claim_one("jobs") is None  # held by that token
     assert leases.release(lease.token, undeliver=True) == 2
@@ -473,7 +474,7 @@ async def test_an_unconfirmed_async_call_carries_its_parsed_result(
     finally:
         await durable.aclose()
     reserved = info.value.result
-    assert isinstance(reserved, calls.MultiLease)
+    assert isinstance(reserved, MultiLease)
     assert [message.id for message in reserved.messages] == ids
     leases = Leases(runner)
     assert sum(leases.release(lease.token) for lease in reserved.leases) == 2

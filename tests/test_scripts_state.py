@@ -28,7 +28,9 @@ OPERATIONS = {
     "delete_queue": lambda b: b.delete("q"),
     "find": lambda b: b.find_message_ids("q", body_contains="seed"),
     "stats": lambda b: b.list_queue_stats(),
-    "probe": lambda b: b.has_pending_messages("q"),
+    "probe_exists": lambda b: b.queue_exists("q"),
+    "probe_pending": lambda b: b.has_pending_messages("q"),
+    "probe_latest": lambda b: b.latest_pending_timestamp("q"),
     "rename": lambda b: b.rename_queue("q", "renamed"),
     "alias_add": lambda b: b.add_alias("al", "q"),
     "vacuum": lambda b: b.vacuum(),
@@ -76,7 +78,8 @@ def test_the_library_holds_one_function_per_operation(broker, raw):
     assert set(functions) == {function_name(name) for name in SCRIPT_NAMES}
     read_only = {name for name in SCRIPT_NAMES if "no-writes" in functions[function_name(name)]}
     assert read_only == {
-        *("peek", "stats", "probe", "find", "dead_letters", "schedule_list"),
+        *("peek", "stats", "probe_exists", "probe_pending", "probe_latest", "find"),
+        *("dead_letters", "schedule_list"),
         *("depths", "inspect"),
     }
 

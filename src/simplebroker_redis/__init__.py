@@ -13,10 +13,11 @@ from importlib.metadata import PackageNotFoundError, version
 from .core import RedisBrokerCore
 from .errors import AccessDenied, ReplicationTimeout, ReservationConflict, ReservationLost
 from .keys import DEFAULT_NAMESPACE, Keyspace
-from .leases import Lease, LeaseCalls, LeasedMessage, Leases, Recovery, Settlement
+from .leases import LeaseCalls, Leases
 from .options import BackendOptions, InvalidTarget
 from .plugin import RedisBackendPlugin, redis_backend_plugin
 from .runner import RedisRunner
+from .types import Lease, LeasedMessage, Recovery, Settlement
 
 try:
     __version__ = version("simplebroker-redis")

@@ -99,11 +99,6 @@ def queue_bounds(queue: str) -> tuple[str, str]:
     return f"[{queue} ", f"({queue}!"
 
 
-def split_member(value: str) -> tuple[str, int]:
-    """Split a ``"<queue> <id>"`` member into its queue and integer ID."""
-    return value[: -ID_WIDTH - 1], int(value[-ID_WIDTH:])
-
-
 @dataclass(frozen=True, slots=True)
 class Keyspace:
     """All key and channel names of one namespace.

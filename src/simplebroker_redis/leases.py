@@ -39,44 +39,16 @@ from collections.abc import Callable, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import calls
-from .calls import (
-    Call,
-    DeadLetterAck,
-    DeadLetterEntry,
-    DeadLetterPage,
-    Lease,
-    LeasedMessage,
-    MultiLease,
-    Recovery,
-    Settlement,
-    SettleMode,
-    id_args,
-    lease_microseconds,
-    new_token,
-)
+from .calls import Call
 from .keys import Keyspace, format_id
 from .runner import RedisRunner
+from .types import Settlement, SettleMode
 from .validation import validate_queue_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = [
-    "DeadLetterAck",
-    "DeadLetterEntry",
-    "DeadLetterPage",
-    "Lease",
-    "LeaseCalls",
-    "LeasedMessage",
-    "Leases",
-    "MultiLease",
-    "Recovery",
-    "SettleMode",
-    "Settlement",
-    "id_args",
-    "lease_microseconds",
-    "new_token",
-]
+__all__ = ["LeaseCalls", "Leases"]
 
 
 def _count(raw: Any) -> int:

@@ -25,9 +25,10 @@ from simplebroker import resolve_config
 from simplebroker.project import resolve_broker_target
 
 from .aio.runner import AsyncRedisRunner
-from .opcalls import QueueDepth, Snapshot, WorkerRecord, depths
+from .calls import depths
 from .options import BackendOptions, redact_target
 from .runner import RedisRunner
+from .types import QueueDepth, Snapshot, WorkerRecord
 
 #: The suffix of dead-letter queue names that both integrations' docs use
 #: (Taskiq's default ``<queue>.dead``; Celery's ``dead_letter_queue``).

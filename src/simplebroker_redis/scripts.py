@@ -71,7 +71,9 @@ ScriptName = Literal[
     "alias_remove",
     "vacuum",
     "stats",
-    "probe",
+    "probe_exists",
+    "probe_pending",
+    "probe_latest",
     "find",
     "dead_letters",
     "dead_letter_ack",
@@ -198,7 +200,10 @@ def script_body(name: str) -> str:
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
 READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
-    {"peek", "stats", "probe", "find", "dead_letters", "schedule_list", "depths", "inspect"}
+    {
+        *("peek", "stats", "probe_exists", "probe_pending", "probe_latest", "find"),
+        *("dead_letters", "schedule_list", "depths", "inspect"),
+    }
 )
 
 

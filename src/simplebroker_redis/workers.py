@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from .opcalls import worker_beat
+from .calls import worker_beat
 from .runner import RedisRunner
 
 #: Seconds between two records of a worker at least (a heartbeat renews

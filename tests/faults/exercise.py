@@ -17,11 +17,11 @@ from typing import Any
 
 from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 
-from simplebroker_redis import Leases, RedisRunner, opcalls, redis_backend_plugin
+from simplebroker_redis import Leases, RedisRunner, calls, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
-from simplebroker_redis.calls import ValueWrite
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.types import ValueWrite
 
 
 @dataclass(frozen=True)
@@ -150,12 +150,12 @@ def _operations(core: RedisBrokerCore, n: Names) -> None:
     runner = core.runner
     state = read_namespace(runner)
     assert n.dead in {depth.queue for depth in state.queues}
-    view = runner.run(opcalls.inspect(n.dead, 10, journal=True))
+    view = runner.run(calls.inspect(n.dead, 10, journal=True))
     first = view.states[0].messages[0].id
-    moved = runner.run(opcalls.dead_letter_requeue(n.dead, n.other, [first]))
+    moved = runner.run(calls.dead_letter_requeue(n.dead, n.other, [first]))
     assert moved == 1
-    assert runner.run(opcalls.worker_beat("worker-1", {"pid": 1}, 30)) >= 1
-    assert runner.run(opcalls.worker_beat("worker-1", None, 30)) == 0
+    assert runner.run(calls.worker_beat("worker-1", {"pid": 1}, 30)) >= 1
+    assert runner.run(calls.worker_beat("worker-1", None, 30)) == 0
 
 
 def _waiters(url: str, options: dict[str, Any], core: RedisBrokerCore, n: Names) -> None:

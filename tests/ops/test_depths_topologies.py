@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simplebroker_redis import RedisRunner, opcalls
+from simplebroker_redis import RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
 from simplebroker_redis.observe import read_namespace
@@ -23,8 +23,8 @@ def test_snapshot_inspect_and_requeue_reach_the_namespaces_primary(
         ("jobs.dead", 1, 0),
     ]
     assert state.counters[("jobs", "enqueued")] == 2
-    view = runner.run(opcalls.inspect("jobs", 10))
+    view = runner.run(calls.inspect("jobs", 10))
     reserved = {part.state: part for part in view.states}["reserved"]
     assert [m.token for m in reserved.messages] == [lease.token]
-    assert runner.run(opcalls.dead_letter_requeue("jobs.dead", "jobs")) == 1
+    assert runner.run(calls.dead_letter_requeue("jobs.dead", "jobs")) == 1
     assert read_namespace(runner).queue("jobs").pending == 2  # type: ignore[union-attr]

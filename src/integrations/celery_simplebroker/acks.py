@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from simplebroker_redis import Settlement
-from simplebroker_redis.calls import MultiLease
 from simplebroker_redis.heartbeat import Holdings
+from simplebroker_redis.types import MultiLease
 
 from .envelope import Tag
 

@@ -27,6 +27,7 @@ from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout, calls
+from simplebroker_redis.types import CeleryStored
 
 from .acks import Ahead, ResultAcks, holder_of
 from .chords import Chords
@@ -108,7 +109,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         guard: bool,
         ack: tuple[str, int] | None = None,
         ahead: Ahead | None = None,
-    ) -> calls.CeleryStored:
+    ) -> CeleryStored:
         name = bytes_to_str(key)
         prefix = bytes_to_str(self.task_keyprefix)
         wake = wake_name(name[len(prefix) :]) if name.startswith(prefix) else None
@@ -208,7 +209,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             # replica confirmed it: the acknowledgement is recorded, and the
             # messages reserved ahead are handed back rather than delivered.
             done = exc.result
-            if holder is not None and isinstance(done, calls.CeleryStored) and done.stored >= 0:
+            if holder is not None and isinstance(done, CeleryStored) and done.stored >= 0:
                 holder[0].confirmed(*holder[1], done.settlement)
                 holder[0].hand_back_unconfirmed(done.reserved)
             raise

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from simplebroker_redis import RedisRunner, ReplicationTimeout, calls
+from simplebroker_redis.types import BindingRecord
 
 #: Separates exchange, routing key and queue in a binding's name.
 BINDING_SEPARATOR: Final[str] = "\x1f"
@@ -62,7 +63,7 @@ class Bindings:
     def bind(self, bindings: Iterable[Binding]) -> None:
         """Record ``bindings`` and (re)start the lifetime of the expiring ones."""
         records = [
-            calls.BindingRecord(b.name, json.dumps({"p": b.pattern}), round(b.lifetime * 1000))
+            BindingRecord(b.name, json.dumps({"p": b.pattern}), round(b.lifetime * 1000))
             for b in bindings
         ]
         if records:

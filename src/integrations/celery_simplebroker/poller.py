@@ -33,7 +33,7 @@ from typing import Any, Final, Protocol
 
 from celery import signals
 
-from simplebroker_redis.calls import MultiLease
+from simplebroker_redis.types import MultiLease
 
 from .acks import Ahead, Reservation
 from .envelope import Buffered, Tag, reserved_by_token

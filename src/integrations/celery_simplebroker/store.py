@@ -34,9 +34,9 @@ from simplebroker_redis import (
     ReplicationTimeout,
     calls,
 )
-from simplebroker_redis.calls import MultiLease
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels, priority_queue
+from simplebroker_redis.types import MultiLease
 from simplebroker_redis.validation import validate_message
 
 from . import acks as acks_module

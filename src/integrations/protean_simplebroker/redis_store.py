@@ -29,7 +29,7 @@ from simplebroker import BrokerTarget, QueueStats
 
 from simplebroker_redis import BackendOptions, Lease, Leases, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
-from simplebroker_redis.calls import JOURNAL_START
+from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 
 from .config import Settings

@@ -20,11 +20,12 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.types import DeadLetterEntry
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
 from .codec import encode_body
 from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
-from .deadletters import DeadLetterEntry, report_dead_letter
+from .deadletters import report_dead_letter
 from .errors import ConfigurationError, LabelError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener

@@ -29,6 +29,7 @@ from typing import Final
 
 from simplebroker_redis import ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.types import SettleGroup, Settlement, ValueWrite
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 
@@ -152,7 +153,7 @@ class Committer:
         # The reply of a try that happened but that too few replicas
         # confirmed (ReplicationTimeout): repeats only wait for replicas,
         # and find its messages settled already (lost, to them).
-        happened: list[calls.Settlement] | None = None
+        happened: list[Settlement] | None = None
         while True:
             try:
                 reply = await self._runner.run(call)
@@ -191,11 +192,11 @@ class Committer:
             )
 
 
-def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[list[calls.Settlement]]:
+def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[list[Settlement]]:
     """Return the ``commit`` script call storing ``writes`` and settling ``settles``."""
-    values = [calls.ValueWrite(write.key, write.value, write.px) for write in writes]
+    values = [ValueWrite(write.key, write.value, write.px) for write in writes]
     groups = [
-        calls.SettleGroup(token, "move" if target else "delete", target, tuple(ids))
+        SettleGroup(token, "move" if target else "delete", target, tuple(ids))
         for (token, target), ids in settles.items()
     ]
     return calls.commit(values, groups)

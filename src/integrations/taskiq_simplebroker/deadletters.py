@@ -32,14 +32,15 @@ from taskiq.result_backends.dummy import DummyResultBackend
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncActivity, AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.aio.tasks import stop_task
-from simplebroker_redis.calls import JOURNAL_START, DeadLetterEntry, ValueWrite
+from simplebroker_redis.calls.journal import JOURNAL_START
+from simplebroker_redis.types import DeadLetterEntry, ValueWrite
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, DeadLetteredError, is_transient
 
 logger = logging.getLogger("taskiq_simplebroker")
 
-__all__ = ["DeadLetterEntry", "DeadLetterWatch", "report_dead_letter"]
+__all__ = ["DeadLetterWatch", "report_dead_letter"]
 
 #: Journal entries read per round trip.
 PAGE: Final[int] = 256

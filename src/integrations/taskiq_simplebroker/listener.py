@@ -43,7 +43,7 @@ from taskiq.acks import AckableMessage
 
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncActivity
-from simplebroker_redis.leases import Lease, LeasedMessage, MultiLease
+from simplebroker_redis.types import Lease, LeasedMessage, MultiLease
 
 from .codec import decode_body
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient

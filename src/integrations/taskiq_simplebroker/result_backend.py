@@ -24,7 +24,7 @@ from taskiq.abc.serializer import TaskiqSerializer
 from taskiq.depends.progress_tracker import TaskProgress
 
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.calls import ValueWrite
+from simplebroker_redis.types import ValueWrite
 
 from .codec import decode_body, encode_body
 from .commit import ResultWrite

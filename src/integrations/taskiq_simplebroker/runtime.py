@@ -35,9 +35,10 @@ from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import priority_queue
+from simplebroker_redis.types import DeadLetterEntry
 
 from .commit import Committer, ResultWrite
-from .deadletters import DeadLetterEntry, DeadLetterWatch
+from .deadletters import DeadLetterWatch
 
 logger = logging.getLogger("taskiq_simplebroker")
 

@@ -36,7 +36,7 @@ from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis import ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.calls import LostRun, ScheduleKind
+from simplebroker_redis.types import LostRun, ScheduleKind
 from simplebroker_redis.validation import number_problem
 
 from .connection import close_runner, make_runner, pool_size

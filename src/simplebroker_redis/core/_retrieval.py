@@ -14,7 +14,7 @@ from .._sbcompat import (
     validate_selection_order,
     validate_timestamp_bound,
 )
-from ..calls import Row, TakeMode
+from ..types import Row, TakeMode
 from ..validation import validate_queue_name
 from ._batches import BatchesMixin
 

@@ -48,7 +48,8 @@ from starlette.staticfiles import StaticFiles
 
 from ..aio.runner import AsyncRedisRunner
 from ..calls import delete_queues
-from ..opcalls import MAX_INSPECT, QueueView, dead_letter_requeue, inspect
+from ..calls.operations import MAX_INSPECT, dead_letter_requeue, inspect
+from ..types import QueueView
 from ..validation import validate_queue_name
 from .live import LiveState, read_state, state_json
 

@@ -20,8 +20,9 @@ from typing import Any, Final
 
 from ..aio.activity import AsyncActivity
 from ..aio.runner import AsyncRedisRunner
+from ..calls import depths
 from ..observe import NamespaceState, combine
-from ..opcalls import Snapshot, depths
+from ..types import Snapshot
 
 logger = logging.getLogger("simplebroker_redis.dashboard")
 

@@ -4,21 +4,29 @@ These scripts serve the people who run a namespace rather than the
 messages' producers and consumers: ``depths.lua`` (a snapshot of every
 queue, read only), ``inspect.lua`` (one queue's messages, read only),
 ``dead_letter_requeue.lua`` (dead letters back to work) and
-``worker_beat.lua`` (a worker's heartbeat record). Like :mod:`.calls`,
-each function validates its arguments and returns a :class:`~.calls.Call`
-that either runner executes.
+``worker_beat.lua`` (a worker's heartbeat record). Like the other
+builders, each function validates its arguments and returns a
+:class:`~.base.Call` that either runner executes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from .calls import Call
-from .keys import format_id
-from .validation import validate_queue_name
+from ..keys import format_id
+from ..types import (
+    JournalEntry,
+    MessageView,
+    QueueDepth,
+    QueueView,
+    Snapshot,
+    StateView,
+    WorkerRecord,
+)
+from ..validation import validate_queue_name
+from .base import Call
 
 #: Longest body the dashboard is sent per message (bytes; the rest is cut).
 BODY_PREVIEW: Final[int] = 2000
@@ -41,39 +49,6 @@ def _text(raw: Any) -> str:
 
 
 # -- depths.lua -------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class QueueDepth:
-    """One queue's depth per state, and its oldest pending message."""
-
-    queue: str
-    pending: int  #: claimable now
-    reserved: int  #: held by a live reservation (in flight)
-    delayed: int  #: pending, but not claimable before a due time
-    claimed: int  #: consumed, awaiting vacuum
-    oldest_pending_us: int | None  #: when the oldest pending message was written
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """A worker process as its last heartbeat described it."""
-
-    id: str
-    beat_us: int  #: server time of the last beat
-    info: dict[str, Any]  #: what the worker said about itself (JSON)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A page of the namespace's queues, read in one script run."""
-
-    now_us: int  #: server time of the read
-    cursor: str  #: read on after this queue ('' when the last page)
-    dead_letter_targets: tuple[str, ...]  #: dead-letter queues of live reservations
-    queues: tuple[QueueDepth, ...]
-    workers: tuple[WorkerRecord, ...] = field(default=())
-    counters: dict[tuple[str, str], int] = field(default_factory=dict)  #: (queue, event) -> n
-
-
 def _workers(raw: Any) -> tuple[WorkerRecord, ...]:
     out = []
     flat = [_text(item) for item in raw]
@@ -133,49 +108,6 @@ def depths(after: str = "", limit: int = 0) -> Call[Snapshot]:
 
 
 # -- inspect.lua ------------------------------------------------------------------
-State = Literal["pending", "delayed", "reserved"]
-
-
-@dataclass(frozen=True, slots=True)
-class MessageView:
-    """One message as the dashboard shows it."""
-
-    id: int
-    body: str  #: at most ``BODY_PREVIEW`` bytes of it
-    size: int  #: the whole body's length
-    deliveries: int
-    until_us: int | None  #: due time (delayed) or lease deadline (reserved)
-    token: str  #: the reservation holding it ('' unless reserved)
-
-
-@dataclass(frozen=True, slots=True)
-class StateView:
-    """The first messages of one state of a queue, and how many there are."""
-
-    state: State
-    count: int
-    messages: tuple[MessageView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """A dead-letter journal entry of a message now in the inspected queue."""
-
-    id: int
-    queue: str  #: where it was reserved from
-    deliveries: int  #: the deliveries it had used up
-    entry: str  #: the journal entry ID
-
-
-@dataclass(frozen=True, slots=True)
-class QueueView:
-    """What ``inspect`` read of one queue."""
-
-    now_us: int
-    states: tuple[StateView, ...]
-    journal: tuple[JournalEntry, ...]
-
-
 def _score(raw: str) -> int | None:
     return int(float(raw)) if raw else None
 
@@ -194,7 +126,7 @@ def _state(raw: Any) -> StateView:
         )
         for i in range(0, len(flat), 6)
     )
-    return StateView(_text(state), int(count), messages)  # type: ignore[arg-type]
+    return StateView(_text(state), int(count), messages)  # type: ignore[arg-type]  # a State: inspect.lua names no other
 
 
 def _queue_view(raw: Any) -> QueueView:

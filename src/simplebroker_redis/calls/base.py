@@ -1,0 +1,93 @@
+"""The :class:`Call` every builder returns, and the argument helpers they share."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ..keys import format_id
+from ..scripts import ScriptName
+from ..validation import finite_number
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[R]):
+    """One script run: name, arguments, and the parser of its reply.
+
+    ``command`` instead of ``script`` runs plain commands (a function of
+    the client, sync or asyncio alike; one command when ``writes``).
+    ``idempotent`` calls change nothing and may be retried once after a
+    connection error. ``writes`` marks a plain command that changes data:
+    with the durability options it is followed by WAIT/WAITAOF, as every
+    state-changing script is. A call bound to an
+    asyncio runner (``dataclasses.replace(call, runner=...)``) can be awaited
+    directly.
+    """
+
+    parse: Callable[[Any], R]
+    script: ScriptName | None = None
+    args: tuple[object, ...] = ()
+    extra_keys: tuple[str, ...] = ()
+    command: Callable[[Any], Any] | None = None
+    idempotent: bool = False
+    runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
+    writes: bool = False  #: a plain command that changes data (see above)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        """Run this call on the asyncio runner it is bound to, and return its reply."""
+        if self.runner is None:
+            raise TypeError("this call is not bound to an asyncio runner: use runner.run(call)")
+        reply: Generator[Any, None, R] = self.runner.run(self).__await__()
+        return reply
+
+
+# -- arguments ------------------------------------------------------------------------
+def new_token() -> str:
+    """Return a fresh reservation token."""
+    return uuid.uuid4().hex
+
+
+def lease_microseconds(lease_seconds: float | None) -> int:
+    """Return a lease as integer microseconds (-1: never expires).
+
+    The lease is first made exact integer nanoseconds; a reservation is stale
+    once ``now_ns - created_ns > lease_ns`` on the server clock, which for
+    microsecond server clocks is ``now_us > created_us + lease_ns // 1000``.
+    """
+    if lease_seconds is None:
+        return -1
+    seconds = finite_number(lease_seconds, "lease_seconds", bound=0)
+    return round(seconds * 1_000_000_000) // 1000
+
+
+def delay_microseconds(delay_seconds: float) -> int:
+    """Return a delay as integer microseconds; raise for a non-finite or negative one."""
+    return round(finite_number(delay_seconds, "delay_seconds", bound=0) * 1_000_000)
+
+
+def id_args(ids: Iterable[int] | None) -> list[str]:
+    """Return script ARGV for an ID selection (``'*'`` for all of a token)."""
+    if ids is None:
+        return ["*"]
+    return [format_id(int(message_id)) for message_id in ids]
+
+
+def flag(value: bool) -> str:
+    """Return a boolean as the scripts read it: ``'1'`` or ``'0'``."""
+    return "1" if value else "0"
+
+
+def check_limit(limit: int) -> None:
+    """Raise ValueError unless ``limit`` (of messages or entries per call) is an int >= 1."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be an integer >= 1")
+
+
+# -- replies ----------------------------------------------------------------------------
+def parse_bool(raw: Any) -> bool:
+    """Read a script's 1/0 reply."""
+    return bool(int(raw))

@@ -1,0 +1,175 @@
+"""Calls of the Celery integration (celery_simplebroker): exchange tables, chords, results.
+
+Unlike the queue scripts, these touch keys beyond the fixed ones (a chord's
+keys, a result entry), which the builders pass as extra ``KEYS`` from the
+namespace's :class:`~simplebroker_redis.keys.Keyspace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..keys import Keyspace, format_id
+from ..types import BindingRecord, CeleryStored, ChordDispatch, ChordPart, ExchangeTable, Settlement
+from ..validation import validate_queue_name
+from .base import Call, flag
+from .leases import ordered_args, parse_multi_lease
+
+
+def _binding_keys(keys: Keyspace) -> tuple[str, str]:
+    return keys.celery_bindings, keys.celery_binding_deadlines
+
+
+def _lifetime(lifetime_ms: int) -> int:
+    if isinstance(lifetime_ms, bool) or not isinstance(lifetime_ms, int) or lifetime_ms < 0:
+        raise ValueError("a lifetime must be an integer number of milliseconds >= 0")
+    return lifetime_ms
+
+
+# -- exchange tables ------------------------------------------------------------------
+def celery_bind(keys: Keyspace, bindings: Iterable[BindingRecord]) -> Call[int]:
+    """``celery_bind.lua``: store bindings, (re)starting the lifetime of expiring ones."""
+    args: list[object] = []
+    for binding in bindings:
+        args += (binding.name, binding.value, _lifetime(binding.lifetime_ms))
+    return Call(int, "celery_bind", tuple(args), extra_keys=_binding_keys(keys))
+
+
+def _exchange_table(raw: Any) -> ExchangeTable:
+    count = int(raw[0])
+    live = tuple((str(raw[i]), str(raw[i + 1])) for i in range(1, 2 * count + 1, 2))
+    return ExchangeTable(live, tuple(str(name) for name in raw[2 * count + 1 :]))
+
+
+def celery_exchange_table(keys: Keyspace, exchange: str) -> Call[ExchangeTable]:
+    """``celery_exchange_table.lua``: an exchange's live bindings; expired ones removed."""
+    return Call(
+        _exchange_table, "celery_exchange_table", (exchange,), extra_keys=_binding_keys(keys)
+    )
+
+
+def celery_unbind(keys: Keyspace, queue: str) -> Call[int]:
+    """``celery_unbind.lua``: remove every binding of the Celery queue ``queue``."""
+    return Call(int, "celery_unbind", (queue,), extra_keys=_binding_keys(keys))
+
+
+# -- chords -----------------------------------------------------------------------------
+def _chord_part(raw: Any) -> ChordPart:
+    pairs = tuple((str(raw[i]), str(raw[i + 1])) for i in range(2, len(raw) - 1, 2))
+    return ChordPart(int(raw[0]), bool(int(raw[1])), pairs)
+
+
+def _chord_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("a chord's size must be an integer >= 0")
+    return size
+
+
+def celery_chord_size(keys: Keyspace, chord: str, size: int, lifetime_ms: int) -> Call[int]:
+    """``celery_chord_size.lua``: ``chord`` completes after ``size`` entries; a new run."""
+    args = (_chord_size(size), _lifetime(lifetime_ms))
+    return Call(int, "celery_chord_size", args, extra_keys=keys.celery_chord(chord))
+
+
+def celery_chord_add(keys: Keyspace, chord: str, lifetime_ms: int) -> Call[int]:
+    """``celery_chord_add.lua``: ``chord`` waits for one more header entry."""
+    args = (_lifetime(lifetime_ms),)
+    return Call(int, "celery_chord_add", args, extra_keys=keys.celery_chord(chord))
+
+
+def celery_chord_part(
+    keys: Keyspace, chord: str, part: str, result: str, size: int, lifetime_ms: int
+) -> Call[ChordPart]:
+    """``celery_chord_part.lua``: record header entry ``part`` of ``chord`` with its result.
+
+    ``chord`` is Celery's key name; ``size`` is used only while no
+    :func:`celery_chord_size` was stored (0: unknown, nothing dispatches).
+    """
+    if not part:
+        raise ValueError("part must not be empty")
+    args = (part, result, _chord_size(size), _lifetime(lifetime_ms))
+    return Call(_chord_part, "celery_chord_part", args, extra_keys=keys.celery_chord(chord))
+
+
+def _chord_dispatch(raw: Any) -> ChordDispatch:
+    return ChordDispatch(bool(int(raw[0])), tuple(int(value) for value in raw[1:]))
+
+
+def celery_chord_dispatch(
+    keys: Keyspace,
+    chord: str,
+    part: str,
+    lifetime_ms: int,
+    messages: Sequence[tuple[str, str]],
+    candidate: int | None,
+) -> Call[ChordDispatch]:
+    """Write (queue, body) ``messages`` and mark ``chord`` done, or nothing; one step.
+
+    ``celery_chord_dispatch.lua``. ``part`` must hold the chord's dispatch
+    claim; ``candidate`` is the first message's candidate ID (None exactly
+    when there is no message).
+    """
+    if not part:
+        raise ValueError("part must not be empty")
+    if (candidate is None) != (not messages):
+        raise ValueError("a candidate ID is needed exactly when there are messages")
+    first = "" if candidate is None else format_id(candidate)
+    args: list[object] = [part, _lifetime(lifetime_ms), first]
+    for queue, body in messages:
+        args += (validate_queue_name(queue), body)
+    return Call(
+        _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=keys.celery_chord(chord)
+    )
+
+
+# -- results ------------------------------------------------------------------------------
+def _celery_stored(raw: Any) -> CeleryStored:
+    reserved = parse_multi_lease(raw[3:]) if len(raw) > 3 else None
+    return CeleryStored(int(raw[0]), Settlement(int(raw[1]), int(raw[2])), reserved)
+
+
+def celery_store(
+    keys: Keyspace,
+    name: str,
+    value: str,
+    expires_ms: int | None,
+    wake: str | None,
+    *,
+    guard: bool,
+    ack: tuple[str, int] | None = None,
+    reserve_from: Sequence[tuple[str, str | None]] = (),
+    reserve_limit: int = 0,
+    lease_seconds: float | None = None,
+    max_deliveries: int | None = None,
+) -> Call[CeleryStored]:
+    """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
+
+    ``celery_store.lua``. With ``guard`` an entry whose JSON says SUCCESS is
+    kept. ``ack`` = (token, message ID) also deletes that reserved message in
+    the same step (a worker's acknowledgement of the task whose result this
+    is). ``stored`` is 1 stored, 0 kept, -1 when the guard could not read
+    the stored entry (nothing done, nor acknowledged).
+
+    With ``ack``, ``reserve_from`` (as :func:`.leases.reserve_queues`'
+    ``sources``) also reserves up to ``reserve_limit`` of their pending
+    messages in the same step (``reserved``): the worker's next batch.
+    """
+    if expires_ms is not None:
+        _lifetime(expires_ms)
+    args: tuple[object, ...] = (
+        value,
+        "" if not expires_ms else expires_ms,
+        "" if wake is None else validate_queue_name(wake),
+        flag(guard),
+    )
+    if ack is not None:
+        token, message_id = ack
+        if not token:
+            raise ValueError("token must not be empty")
+        args += (token, format_id(int(message_id)))
+    if reserve_from:
+        if ack is None:
+            raise ValueError("reserving with a result needs its acknowledgement")
+        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries)
+    return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))

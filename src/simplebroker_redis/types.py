@@ -1,0 +1,287 @@
+"""The values the typed calls take and return: one import path for each.
+
+Every reply of a script (:mod:`.calls`) is one of these frozen dataclasses,
+and the few argument shapes the calls share are the aliases below. They
+live here, apart from the builders, so the reservation API, the
+integrations and the tools name them from one place
+(``from simplebroker_redis.types import Lease``); the package's top level
+re-exports its public few (``Lease``, ``LeasedMessage``, ``Recovery``,
+``Settlement``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Row = tuple[str, int]  #: (body, id), SimpleBroker's row shape
+#: What a settlement does with a token's IDs: claim, delete, or move to a target.
+SettleMode = Literal["claim", "delete", "move"]
+#: What ``claim.lua`` does with the messages it takes.
+TakeMode = Literal["claim", "move"]
+#: Which run of a Taskiq schedule ``schedule_claim.lua`` claims.
+ScheduleKind = Literal["time", "cron", "interval", "retry"]
+#: A state of a queue's messages as ``inspect.lua`` reports it.
+State = Literal["pending", "delayed", "reserved"]
+
+
+# -- reservations ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    """One reserved message."""
+
+    id: int
+    body: str
+    deliveries: int  #: times this message has been reserved, this one included
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The result of a reservation; ``messages`` is empty when none was pending."""
+
+    token: str
+    queue: str
+    messages: tuple[LeasedMessage, ...]
+    created_ns: int  #: server time of the reservation, integer nanoseconds
+    deadline_ns: int | None  #: lease expiry (server time), None: never expires
+    next_due_seconds: float | None  #: when a delayed message becomes due, if any
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """Return the reserved message IDs in delivery order."""
+        return tuple(message.id for message in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class MultiLease:
+    """The result of a reservation from several queues: one lease per queue that gave messages."""
+
+    leases: tuple[Lease, ...]  #: in the order of the queues asked for
+    created_ns: int  #: server time of the reservation, integer nanoseconds
+    deadline_ns: int | None  #: lease expiry (server time), None: never expires
+    next_due_seconds: float | None  #: when a delayed message becomes due, if any
+
+    @property
+    def messages(self) -> tuple[LeasedMessage, ...]:
+        """Return every reserved message, queue by queue."""
+        return tuple(message for lease in self.leases for message in lease.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """Outcome of ack/reject: IDs settled, and IDs the token no longer held."""
+
+    settled: int
+    lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettleGroup:
+    """One settlement of the ``commit`` script: IDs of a token, and what to do."""
+
+    token: str
+    mode: SettleMode
+    target: str  #: the queue a ``move`` sends them to ('' for the other modes)
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ValueWrite:
+    """A value to ``SET`` in the ``commit`` script (a task result), expiry in ms."""
+
+    key: str
+    value: str
+    px: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Outcome of a recovery pass."""
+
+    released: int  #: live message IDs made pending again (or dead-lettered)
+    tokens: int  #: expired reservations recovered
+    more: bool  #: True when more expired reservations may remain
+
+
+# -- writes ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Outcome of a broadcast: copies written and the first and last IDs."""
+
+    count: int
+    first: int
+    last: int
+
+
+# -- the dead-letter journal ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """One entry of the dead-letter journal: a message dead-lettered after max deliveries."""
+
+    entry: str  #: journal entry ID (give it to ``dead_letter_ack``)
+    queue: str  #: the queue it was reserved from
+    dead_letter_queue: str  #: where it went
+    id: int  #: message ID (the same in the dead-letter queue)
+    deliveries: int  #: deliveries it had used up
+    body: str | None  #: its body; None when the message is gone already
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """Entries of the dead-letter journal after a cursor."""
+
+    entries: tuple[DeadLetterEntry, ...]  #: those of the queues asked for
+    cursor: str  #: read on after this entry ID (the last one scanned)
+    more: bool  #: True when more entries may follow the cursor
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterAck:
+    """Outcome of ``dead_letter_ack``."""
+
+    acked: bool  #: this call took the entry out of the journal (report it)
+    stored: bool  #: this call stored the value (no value was there)
+
+
+# -- Taskiq schedules -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LostRun:
+    """A claimed schedule run whose claim expired unsent (its scheduler died)."""
+
+    schedule_id: str
+    run: str  #: the run's name (give it to ``schedule_claim(..., "retry", run)``)
+    schedule: str  #: the schedule's JSON when it was claimed
+    claimed_us: int  #: when it was first claimed (server time, microseconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTable:
+    """The stored schedules, and the claimed runs that were lost."""
+
+    schedules: dict[str, str]  #: schedule id -> JSON
+    lost: tuple[LostRun, ...]
+
+
+# -- Celery (celery_simplebroker): exchange tables, chords, results ---------------------
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    """One binding to store: its name, JSON value, and lifetime (ms, 0: forever)."""
+
+    name: str  #: ``"<exchange> US <routing key> US <queue>"``
+    value: str
+    lifetime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeTable:
+    """The live bindings of an exchange, and expired ones (any exchange) just removed."""
+
+    live: tuple[tuple[str, str], ...]  #: (binding, JSON value)
+    removed: tuple[str, ...]  #: binding names
+
+
+@dataclass(frozen=True, slots=True)
+class ChordPart:
+    """Outcome of counting one finished chord header entry."""
+
+    seen: int  #: header entries counted so far (-1: the body was dispatched already)
+    dispatch: bool  #: this call must dispatch the body
+    #: For the call that must: every entry's (part, result), in no particular order.
+    results: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """Return True when the chord's body was dispatched already."""
+        return self.seen < 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChordDispatch:
+    """Outcome of committing a chord's dispatch."""
+
+    committed: bool  #: False: the chord was done already; nothing was written
+    ids: tuple[int, ...]  #: IDs of the messages written, in argument order
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryStored:
+    """Outcome of ``celery_store.lua``: the entry, and the acknowledgement it carried."""
+
+    stored: int  #: 1 stored, 0 kept (the task had succeeded), -1 nothing done
+    settlement: Settlement  #: of the acknowledged message (0, 0 when none was named)
+    #: The next messages reserved with it (``reserve_from``); None when not asked or stored is -1.
+    reserved: MultiLease | None = None
+
+
+# -- operations: the exporter, the dashboard, worker beats ----------------------------
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """One queue's depth per state, and its oldest pending message."""
+
+    queue: str
+    pending: int  #: claimable now
+    reserved: int  #: held by a live reservation (in flight)
+    delayed: int  #: pending, but not claimable before a due time
+    claimed: int  #: consumed, awaiting vacuum
+    oldest_pending_us: int | None  #: when the oldest pending message was written
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker process as its last heartbeat described it."""
+
+    id: str
+    beat_us: int  #: server time of the last beat
+    info: dict[str, Any]  #: what the worker said about itself (JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A page of the namespace's queues, read in one script run."""
+
+    now_us: int  #: server time of the read
+    cursor: str  #: read on after this queue ('' when the last page)
+    dead_letter_targets: tuple[str, ...]  #: dead-letter queues of live reservations
+    queues: tuple[QueueDepth, ...]
+    workers: tuple[WorkerRecord, ...] = field(default=())
+    counters: dict[tuple[str, str], int] = field(default_factory=dict)  #: (queue, event) -> n
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """One message as the dashboard shows it."""
+
+    id: int
+    body: str  #: at most ``calls.operations.BODY_PREVIEW`` bytes of it
+    size: int  #: the whole body's length
+    deliveries: int
+    until_us: int | None  #: due time (delayed) or lease deadline (reserved)
+    token: str  #: the reservation holding it ('' unless reserved)
+
+
+@dataclass(frozen=True, slots=True)
+class StateView:
+    """The first messages of one state of a queue, and how many there are."""
+
+    state: State
+    count: int  #: messages in this state, those not shown included
+    messages: tuple[MessageView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """A dead-letter journal entry of a message now in the inspected queue."""
+
+    id: int
+    queue: str  #: where it was reserved from
+    deliveries: int  #: the deliveries it had used up
+    entry: str  #: the journal entry ID
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """What ``inspect`` read of one queue."""
+
+    now_us: int
+    states: tuple[StateView, ...]
+    journal: tuple[JournalEntry, ...]
