@@ -54,7 +54,7 @@ from .options import BackendOptions, TargetSpec, parse_target, redact_target
 #: A data node's (host, port).
 Address = tuple[str, int]
 
-C = TypeVar("C")  #: a command client, sync or asyncio
+_Client = TypeVar("_Client")  #: a command client, sync or asyncio
 
 #: Environment variable holding the sentinels' own password (``sentinel_password``).
 SENTINEL_PASSWORD_ENV: Final[str] = "BROKER_BACKEND_SENTINEL_PASSWORD"
@@ -351,7 +351,7 @@ class Connections:
         return owner if owner is not None else await asyncio.to_thread(self.find_owner)
 
 
-class _Nodes(Generic[C]):
+class _Nodes(Generic[_Client]):
     """A process's clients of one target, one per node, each created once.
 
     What :class:`Route` and :class:`AsyncRoute` share: the clients by node
@@ -359,13 +359,13 @@ class _Nodes(Generic[C]):
     re-pointing. ``make`` builds the client of an address.
     """
 
-    def __init__(self, connections: Connections, make: Callable[[Address | None], C]) -> None:
+    def __init__(self, connections: Connections, make: Callable[[Address | None], _Client]) -> None:
         self._connections = connections
         self._make = make
-        self._clients: dict[Address | None, C] = {}
+        self._clients: dict[Address | None, _Client] = {}
         self._lock = threading.Lock()
 
-    def node(self, address: Address | None) -> C:
+    def node(self, address: Address | None) -> _Client:
         """Return the client of ``address`` (cluster), creating its pool once."""
         client = self._clients.get(address)
         if client is None:
@@ -380,7 +380,7 @@ class _Nodes(Generic[C]):
         if self._connections.kind == "cluster":
             self._connections.moved(address)
 
-    def _forget(self) -> list[C]:
+    def _forget(self) -> list[_Client]:
         """Return every client made so far, forgotten (the caller closes them)."""
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}

@@ -24,9 +24,9 @@ import redis.sentinel
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # the optional hiredis extra
-    pack_command: Callable[[tuple[Any, ...]], bytes] | None = None
+    _pack: Callable[[tuple[Any, ...]], bytes] | None = None
 else:
-    pack_command = _hiredis_pack
+    _pack = _hiredis_pack
 
 #: Connections :func:`direct` keeps out of a pool between calls, at most: a
 #: checkout from redis-py's pool (its lock and queue, metrics, a pid check)
@@ -45,9 +45,9 @@ def send(connection: Any, command: tuple[Any, ...]) -> Any:
     With hiredis the command is packed in one call, without the per-argument
     pass redis-py's hiredis packer ends in.
     """
-    if pack_command is None:
+    if _pack is None:
         return connection.send_command(*command)
-    return connection.send_packed_command((pack_command(command),))
+    return connection.send_packed_command((_pack(command),))
 
 
 class _Idle:
