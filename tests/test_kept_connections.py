@@ -1,4 +1,4 @@
-"""Connections the script path keeps out of the pool between calls (``runner.direct``).
+"""Connections the script path keeps out of the pool between calls (``runner.wire.direct``).
 
 Scripts skip redis-py's checkout and release by keeping a few idle
 connections; these tests hold that to what the pool promised: a bounded
@@ -22,7 +22,13 @@ import redis.sentinel
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.namespace import cleanup
-from simplebroker_redis.runner import direct, keep_limit, kept_connections
+from simplebroker_redis.runner import direct, keep_limit, wire
+
+
+def kept_connections(pool: Any) -> int:
+    """Return how many idle connections :func:`direct` holds out of ``pool`` now."""
+    idle = getattr(pool, wire._IDLE_ATTRIBUTE, None)
+    return 0 if idle is None else len(idle.connections)
 
 
 def _write_and_claim(core: RedisBrokerCore, count: int) -> None:

@@ -61,6 +61,12 @@ LAYERS: dict[str, int] = {
     "connection": 1,
     # 2: runners
     "runner": 2,
+    "runner.attempt": 2,
+    "runner.base": 2,
+    "runner.durability": 2,
+    "runner.registry": 2,
+    "runner.sync": 2,
+    "runner.wire": 2,
     "aio.runner": 2,
     "aio.tasks": 0,
     # 3: namespace lifecycle, leases, activity, async writes

@@ -9,7 +9,7 @@ from simplebroker.ext import DatabaseError, DataError, InvalidConfigError, Opera
 from simplebroker_redis import RedisRunner, get_backend_plugin, redis_backend_plugin
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.options import BackendOptions, redact_target
-from simplebroker_redis.runner import forget_shared_runners
+from simplebroker_redis.runner import shared_runner
 
 
 def test_entry_point_resolves_with_exact_handshake():
@@ -138,7 +138,7 @@ def test_validate_refuses_foreign_and_wrong_typed_keys(redis_url, namespace, raw
     with pytest.raises(DatabaseError, match="magic is something-else"):
         core.write("q", "x")
     # ... and a process that has not seen the namespace yet refuses it up front.
-    forget_shared_runners(namespace)
+    shared_runner(redis_url, BackendOptions.parse(opts), None).mark_initialized(False)
     with pytest.raises(DatabaseError):
         plugin.validate_target(redis_url, backend_options=opts)
     with pytest.raises(DatabaseError):

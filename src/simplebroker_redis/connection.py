@@ -36,8 +36,8 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -53,6 +53,8 @@ from .options import BackendOptions, TargetSpec, parse_target, redact_target
 
 #: A data node's (host, port).
 Address = tuple[str, int]
+
+_Client = TypeVar("_Client")  #: a command client, sync or asyncio
 
 #: Environment variable holding the sentinels' own password (``sentinel_password``).
 SENTINEL_PASSWORD_ENV: Final[str] = "BROKER_BACKEND_SENTINEL_PASSWORD"
@@ -349,7 +351,43 @@ class Connections:
         return owner if owner is not None else await asyncio.to_thread(self.find_owner)
 
 
-class Route:
+class _Nodes(Generic[_Client]):
+    """A process's clients of one target, one per node, each created once.
+
+    What :class:`Route` and :class:`AsyncRoute` share: the clients by node
+    address (None: the single server, or Sentinel's primary) and MOVED
+    re-pointing. ``make`` builds the client of an address.
+    """
+
+    def __init__(self, connections: Connections, make: Callable[[Address | None], _Client]) -> None:
+        self._connections = connections
+        self._make = make
+        self._clients: dict[Address | None, _Client] = {}
+        self._lock = threading.Lock()
+
+    def node(self, address: Address | None) -> _Client:
+        """Return the client of ``address`` (cluster), creating its pool once."""
+        client = self._clients.get(address)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(address)
+                if client is None:
+                    client = self._clients[address] = self._make(address)
+        return client
+
+    def moved(self, address: Address | None) -> None:
+        """Re-point the primary: to ``address`` (a MOVED reply), or ask again (None)."""
+        if self._connections.kind == "cluster":
+            self._connections.moved(address)
+
+    def _forget(self) -> list[_Client]:
+        """Return every client made so far, forgotten (the caller closes them)."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        return clients
+
+
+class Route(_Nodes[redis.Redis]):
     """The command clients of one process for one target: the primary, and redirections.
 
     Single server and Sentinel: one pooled client (Sentinel's pool follows the
@@ -358,44 +396,24 @@ class Route:
     """
 
     def __init__(self, connections: Connections) -> None:
-        self._connections = connections
-        self._clients: dict[Address | None, redis.Redis] = {}
-        self._lock = threading.Lock()
+        super().__init__(connections, connections.client)
 
     def primary(self) -> redis.Redis:
         """Return the client of the namespace's primary now."""
         cluster = self._connections.kind == "cluster"
         return self.node(self._connections.owner() if cluster else None)
 
-    def node(self, address: Address | None) -> redis.Redis:
-        """Return the client of ``address`` (cluster), creating its pool once."""
-        client = self._clients.get(address)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(address)
-                if client is None:
-                    client = self._clients[address] = self._connections.client(address)
-        return client
-
-    def moved(self, address: Address | None) -> None:
-        """Re-point the primary: to ``address`` (a MOVED reply), or ask again (None)."""
-        if self._connections.kind == "cluster":
-            self._connections.moved(address)
-
     def close(self) -> None:
         """Disconnect every pool."""
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        for client in self._forget():
             client.connection_pool.disconnect()
 
 
-class AsyncRoute:
+class AsyncRoute(_Nodes[aioredis.Redis]):
     """The asyncio twin of :class:`Route` (one per event loop)."""
 
     def __init__(self, connections: Connections) -> None:
-        self._connections = connections
-        self._clients: dict[Address | None, aioredis.Redis] = {}
+        super().__init__(connections, connections.async_client)
 
     async def primary(self) -> aioredis.Redis:
         """Return the client of the namespace's primary now."""
@@ -403,20 +421,7 @@ class AsyncRoute:
             return self.node(await self._connections.async_owner())
         return self.node(None)
 
-    def node(self, address: Address | None) -> aioredis.Redis:
-        """Return the client of ``address`` (cluster), creating its pool once."""
-        client = self._clients.get(address)
-        if client is None:
-            client = self._clients[address] = self._connections.async_client(address)
-        return client
-
-    def moved(self, address: Address | None) -> None:
-        """Re-point the primary: to ``address`` (a MOVED reply), or ask again (None)."""
-        if self._connections.kind == "cluster":
-            self._connections.moved(address)
-
     async def aclose(self) -> None:
         """Close every pool."""
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        for client in self._forget():
             await client.aclose(close_connection_pool=True)

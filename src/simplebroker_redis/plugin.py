@@ -16,6 +16,11 @@ from .keys import SCHEMA_VERSION, format_id
 from .options import BackendOptions, normalize_target
 from .runner import RedisRunner, RunnerBase, shared_runner
 
+#: A target's ``[backend_options]``, as SimpleBroker passes them (None: the defaults).
+Options = Mapping[str, Any] | None
+#: SimpleBroker's config, as it passes it (None: read from the environment).
+Config = Mapping[str, Any] | None
+
 
 def _not_sql(hook: str) -> NoReturn:
     raise NotImplementedError(
@@ -52,20 +57,11 @@ class RedisBackendPlugin:
         options = BackendOptions.parse(toml_options)
         return {"target": target, "backend_options": options.to_dict()}
 
-    def _runner_for(
-        self,
-        target: str,
-        backend_options: Mapping[str, Any] | None,
-        config: Mapping[str, Any] | None,
-    ) -> RedisRunner:
+    def _runner_for(self, target: str, backend_options: Options, config: Config) -> RedisRunner:
         return shared_runner(target, BackendOptions.parse(backend_options), config)
 
     def create_runner(
-        self,
-        target: str,
-        *,
-        backend_options: Mapping[str, Any] | None = None,
-        config: Mapping[str, Any] | None = None,
+        self, target: str, *, backend_options: Options = None, config: Config = None
     ) -> RedisRunner:
         """Return a new runner owned by the caller (closed by its ``shutdown``)."""
         return RedisRunner(target, BackendOptions.parse(backend_options), config=config)
@@ -74,8 +70,8 @@ class RedisBackendPlugin:
         self,
         target: str,
         *,
-        backend_options: Mapping[str, Any] | None = None,
-        config: Mapping[str, Any] | None = None,
+        backend_options: Options = None,
+        config: Config = None,
         stop_event: Any = None,
     ) -> BrokerConnection:
         """Return a core borrowing the process-wide runner of this target."""
@@ -83,11 +79,7 @@ class RedisBackendPlugin:
         return RedisBrokerCore(runner, config=config, stop_event=stop_event)
 
     def create_core_from_runner(
-        self,
-        runner: Any,
-        *,
-        config: Mapping[str, Any] | None = None,
-        stop_event: Any = None,
+        self, runner: Any, *, config: Config = None, stop_event: Any = None
     ) -> BrokerConnection:
         """Return a core borrowing ``runner`` (which stays caller-owned)."""
         if not isinstance(runner, RedisRunner):
@@ -96,35 +88,30 @@ class RedisBackendPlugin:
 
     # -- namespace lifecycle -----------------------------------------------------
     def initialize_target(
-        self,
-        target: str,
-        *,
-        backend_options: Mapping[str, Any] | None = None,
-        config: Mapping[str, Any] | None = None,
+        self, target: str, *, backend_options: Options = None, config: Config = None
     ) -> None:
         """Create the namespace if needed (idempotent)."""
         runner = self._runner_for(target, backend_options, config)
         namespace_ops.check_server_version(runner)
         namespace_ops.initialize(runner)
 
+    # The same signature shape as create_core's: both are SimpleBroker's
+    # BackendPlugin hooks, whose keyword-only names it passes. What they
+    # share beyond that, resolving the shared runner, is _runner_for.
     def validate_target(
         self,
         target: str,
         *,
-        backend_options: Mapping[str, Any] | None = None,
+        backend_options: Options = None,
         verify_initialized: bool = True,
-        config: Mapping[str, Any] | None = None,
+        config: Config = None,
     ) -> None:
         """Raise unless the namespace is (or can become) a valid one."""
         runner = self._runner_for(target, backend_options, config)
         namespace_ops.validate(runner, verify_initialized=verify_initialized)
 
     def cleanup_target(
-        self,
-        target: str,
-        *,
-        backend_options: Mapping[str, Any] | None = None,
-        config: Mapping[str, Any] | None = None,
+        self, target: str, *, backend_options: Options = None, config: Config = None
     ) -> bool:
         """Delete exactly this namespace; return whether it held anything."""
         return namespace_ops.cleanup(self._runner_for(target, backend_options, config))
@@ -167,7 +154,7 @@ class RedisBackendPlugin:
         self,
         *,
         target: str | None,
-        backend_options: Mapping[str, Any] | None = None,
+        backend_options: Options = None,
         runner: Any = None,
         queue_name: str,
         stop_event: Any,
@@ -185,7 +172,7 @@ class RedisBackendPlugin:
         self,
         *,
         target: str | None,
-        backend_options: Mapping[str, Any] | None = None,
+        backend_options: Options = None,
         runner: Any = None,
         queue_names: Sequence[str],
         stop_event: Any,

@@ -7,7 +7,7 @@ import os
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -16,7 +16,10 @@ from ..calls import Call
 from ..calls import init as init_call
 from ..connection import AsyncRoute
 from ..errors import translate
-from ..runner import WAITAOF_INFO, RedisRunner, RunnerBase, pack_command
+from ..runner.base import RunnerBase, plain_call
+from ..runner.durability import WAITAOF_INFO
+from ..runner.sync import RedisRunner
+from ..runner.wire import direct_async
 
 R = TypeVar("R")
 
@@ -69,22 +72,21 @@ class AsyncRedisRunner(RunnerBase):
         route = here.route
         command = None if call.script is None else self._script_command(call)
         operation, attempt = self._operation(call, command), self._attempt(call, route.moved)
-        if self.durable(call) and self.options.wait_aof and not here.aof_checked:
-            problem = self._aof_problem(await self.run(WAITAOF_INFO))
-            if problem is not None:
-                raise problem
+        durability = self.durability
+        if durability.version_due(call, here.aof_checked):
+            durability.check_version(await self.run(WAITAOF_INFO))
             here.aof_checked = True
+        waits = durability.wanted(call)
         while True:
             with attempt:
                 client = await route.primary() if attempt.ask is None else route.node(attempt.ask)
-                if attempt.ask is None and not self.durable(call):
+                if attempt.ask is None and not waits:
                     if command is not None:
-                        return call.parse(await direct(client, command))
+                        return call.parse(await direct_async(client, command))
                     return call.parse(await operation(client))
-                pipe = client.pipeline(transaction=False)
-                index = self._pipelined(pipe, operation, call, attempt.ask is not None)
+                pipe, index = durability.pipeline(client, operation, call, attempt.ask is not None)
                 replies = await pipe.execute(raise_on_error=False)
-                return self._settled(replies, index, call.parse)
+                return durability.acknowledged(replies, index, call.parse)
             if attempt.pause:
                 await asyncio.sleep(attempt.pause)
             if attempt.remedy is not None:
@@ -105,13 +107,8 @@ class AsyncRedisRunner(RunnerBase):
         idempotent: bool = False,
         writes: bool = False,
     ) -> R:
-        """Await plain commands ``operation(client)`` under the same failure rule.
-
-        ``writes``: ``operation`` is one command that changes data; with the
-        durability options WAIT/WAITAOF follow it.
-        """
-        call = Call(_same, command=operation, idempotent=idempotent, writes=writes)
-        result: R = await self.run(call)
+        """Await plain commands ``operation(client)``, as :meth:`RedisRunner.execute` runs them."""
+        result: R = await self.run(plain_call(operation, idempotent=idempotent, writes=writes))
         return result
 
     async def ensure_initialized(self) -> None:
@@ -126,27 +123,3 @@ class AsyncRedisRunner(RunnerBase):
         here = self._loops.pop(asyncio.get_running_loop(), None)
         if here is not None and self._pid == os.getpid():
             await here.route.aclose()
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-async def direct(client: aioredis.Redis, command: tuple[Any, ...]) -> Any:
-    """Send one command on a pooled connection of ``client``; return its raw reply.
-
-    The asyncio twin of :func:`simplebroker_redis.runner.direct`. The
-    connection disconnects itself when a send or read fails or is cancelled
-    (a reply left unread never returns to the pool); an error reply leaves
-    it clean.
-    """
-    pool: Any = client.connection_pool  # redis-py's asyncio pool is partly untyped
-    connection: Any = await pool.get_connection()
-    try:
-        if pack_command is None:
-            await connection.send_command(*command)
-        else:
-            await connection.send_packed_command((pack_command(command),))
-        return await connection.read_response()
-    finally:
-        await pool.release(connection)
