@@ -11,12 +11,7 @@ committed messages can share an ID.
 
 from __future__ import annotations
 
-from typing import Final
-
 from simplebroker.ext import TimestampGenerator
-
-#: SimpleBroker's exclusive upper bound for message IDs (2**63).
-ID_LIMIT: Final[int] = 2**63
 
 
 class HighWaterClock(TimestampGenerator):
