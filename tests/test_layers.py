@@ -81,6 +81,7 @@ LAYERS: dict[str, int] = {
     # 5: plugin and public facades
     "plugin": 5,
     "metrics": 5,
+    "opscli": 5,
     "dashboard": 5,
     "dashboard.app": 5,
     "dashboard.live": 5,
