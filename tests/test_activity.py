@@ -396,7 +396,7 @@ def test_a_listener_without_waiters_closes_its_connection_and_reopens_for_the_ne
     redis_url, namespace, broker, raw, monkeypatch
 ):
     """An idle listener holds no connection or thread for long; a new waiter revives it."""
-    from simplebroker_redis import activity
+    from simplebroker_redis.activity import listener as activity
 
     monkeypatch.setattr(activity, "IDLE_LINGER", 0.3)
     waiter = _waiter(redis_url, namespace, "jobs")

@@ -109,6 +109,29 @@ async def test_a_failing_batch_fails_every_write_in_it_and_writes_nothing(arunne
     assert await messages.write("jobs", "after") > 0
 
 
+async def test_a_spent_counter_is_awaited_without_blocking_the_loop(arunner, raw, namespace):
+    # The durable high-water is 50 ms ahead of this clock, its logical counter
+    # spent: the script refuses a stale candidate (CLOCK) until the clock
+    # passes it, and the writer waits for that on the loop, not in a sleep.
+    ahead = (time.time_ns() + 50_000_000) | 0xFFF
+    raw.hset(f"sb:{{{namespace}}}:meta", "last_ts", f"{ahead:019d}")
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        committed = await AsyncMessages(arunner).write("jobs", "later")
+    finally:
+        ticker.cancel()
+    assert committed > ahead
+    assert ticks >= 3, "the event loop stood still while the write waited for the clock"
+
+
 async def test_a_cancelled_write_that_was_not_sent_is_dropped(arunner, broker):
     messages = AsyncMessages(arunner)
     first = asyncio.ensure_future(messages.write("jobs", "sent"))

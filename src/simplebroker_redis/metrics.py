@@ -29,14 +29,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from .observe import (
-    NamespaceState,
-    Target,
-    TargetError,
-    find_target,
-    read_namespace,
-    sync_runner,
-)
+from .observe import NamespaceState, read_namespace, sync_runner
+from .opscli import log_to_stderr, tool_parser, tool_target
 from .runner import RedisRunner
 
 logger = logging.getLogger("simplebroker_redis.metrics")
@@ -163,17 +157,11 @@ def _gauge(name: str, documentation: str, namespace: str, value: float) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the command line parser of the exporter."""
-    parser = argparse.ArgumentParser(
-        prog="python -m simplebroker_redis.metrics",
-        description="Serve Prometheus metrics of one simplebroker-redis namespace.",
+    parser = tool_parser(
+        "python -m simplebroker_redis.metrics",
+        "Serve Prometheus metrics of one simplebroker-redis namespace.",
+        DEFAULT_PORT,
     )
-    parser.add_argument(
-        "--target",
-        help="redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL "
-        "(default: the .broker.toml of this directory or above, as the broker CLI finds it)",
-    )
-    parser.add_argument("--namespace", help="namespace (default: the project's, else the default)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default 9808)")
     parser.add_argument("--bind", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
         "--page-size",
@@ -194,15 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the exporter until interrupted."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr()
     prometheus_client = _require_prometheus()
     if args.page_size < 0:
         print("--page-size must be 0 or more", file=sys.stderr)
         return 2
-    try:
-        target: Target = find_target(args.target, args.namespace)
-    except (TargetError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    target = tool_target(args)
+    if target is None:
         return 2
     runner = sync_runner(target)
     registry = prometheus_client.CollectorRegistry(auto_describe=False)

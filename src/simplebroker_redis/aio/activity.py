@@ -5,24 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, NoReturn
 
 import redis
-import redis.exceptions as rx
 
-from ..activity import STABLE_AFTER, SlotMoved
-from ..retry import BACKOFF_MAX, Backoff
-from ..validation import validate_queue_name
+from ..activity.outage import PING_INTERVAL, SUBSCRIBE_WAIT, Outage, SlotMoved
+from ..activity.waiter import wake_channels
 from .runner import AsyncRedisRunner
 from .tasks import stop_task
 
 logger = logging.getLogger("simplebroker_redis")
-
-#: Seconds :meth:`AsyncActivity.start` waits for its subscription.
-SUBSCRIBE_WAIT: Final[float] = 5.0
-
-#: Idle seconds before a subscription is checked with PING.
-PING_INTERVAL: Final[float] = 30.0
 
 
 class AsyncActivity:
@@ -36,19 +28,15 @@ class AsyncActivity:
     after every (re)connect the waiter is woken once, since one may have
     been missed, and the caller simply asks the server again. A slot that
     moved (the server's unrequested ``sunsubscribe``, or MOVED) or a failover
-    is an outage like any other: one warning, then a reconnect to the new
-    primary. Reconnects back off from 0.1 s to 5 s; an idle subscription
-    sends one PING per 30 s.
+    is an outage like any other, handled as the sync listener handles it
+    (:class:`~simplebroker_redis.activity.outage.Outage`): one warning,
+    then reconnects to the new primary, backing off from 0.1 s to 5 s. An
+    idle subscription sends one PING per 30 s.
     """
 
     def __init__(self, runner: AsyncRedisRunner, queue_names: Sequence[str]) -> None:
-        names = list(dict.fromkeys(queue_names))
-        if not names:
-            raise ValueError("queue_names cannot be empty")
-        for name in names:
-            validate_queue_name(name)
+        self._channels = wake_channels(runner.keys, queue_names)
         self._connections = runner.connections
-        self._channels = [runner.keys.wake_channel(name) for name in names]
         self._where = runner.where
         self._event = asyncio.Event()
         self._subscribed = asyncio.Event()
@@ -87,8 +75,7 @@ class AsyncActivity:
 
     async def _run(self) -> None:
         clock = asyncio.get_running_loop().time
-        backoff = Backoff()
-        failing = restored = False
+        outage = Outage(self._connections, self._where)
         while True:
             client = self._connections.async_subscriber()
             pubsub: Any = client.pubsub()
@@ -98,34 +85,15 @@ class AsyncActivity:
                 subscribed_at = clock()
                 self._subscribed.set()
                 self._event.set()  # a wake-up may have been missed meanwhile
-                if failing and not restored:
-                    logger.info("wake-up subscription at %s restored", self._where)
-                    restored = True
+                outage.subscribed()
                 await self._serve(pubsub)
             except Exception as exc:  # noqa: BLE001 - the subscription must outlive any failure
-                if isinstance(exc, rx.MovedError):
-                    self._connections.moved((str(exc.host), int(exc.port)))
-                elif self._connections.kind == "cluster":
-                    self._connections.moved(None)  # ask the seeds where the slot is now
-                if subscribed_at is not None and clock() - subscribed_at >= STABLE_AFTER:
-                    failing = restored = False  # it lasted: this is a new outage
-                if not failing:
-                    kind = "lost" if isinstance(exc, (redis.RedisError, OSError)) else "failed"
-                    logger.warning(  # type and text: redis-py 8's repr drops the text
-                        "wake-up subscription at %s %s: %s: %s",
-                        self._where,
-                        kind,
-                        type(exc).__name__,
-                        exc,
-                    )
-                failing = True
+                delay = outage.lost(exc, None if subscribed_at is None else clock() - subscribed_at)
             finally:
                 await _close_quietly(pubsub, client)
-            if subscribed_at is not None and clock() - subscribed_at > BACKOFF_MAX:
-                backoff.reset()  # it worked for a while: reconnect quickly
-            await asyncio.sleep(backoff.next())
+            await asyncio.sleep(delay)
 
-    async def _serve(self, pubsub: Any) -> None:
+    async def _serve(self, pubsub: Any) -> NoReturn:
         clock = asyncio.get_running_loop().time
         while True:
             started = clock()
@@ -135,7 +103,7 @@ class AsyncActivity:
                 if kind == "smessage":
                     self._event.set()
                 elif kind == "sunsubscribe":  # never requested: the slot moved
-                    raise SlotMoved(f"the server ended the subscription of {message['channel']}")
+                    raise SlotMoved(str(message["channel"]))
             elif clock() - started >= PING_INTERVAL:
                 # Idle: check the connection. (None alone does not mean idle:
                 # redis-py also returns None for replies it ignores, such as

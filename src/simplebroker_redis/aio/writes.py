@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +13,16 @@ from simplebroker.ext import TimestampError
 
 from .. import calls
 from ..errors import ScriptConflict
+from ..ids import HighWaterClock
 from ..retry import ConflictBackoff
 from ..validation import finite_number, validate_message, validate_queue_name
 from .runner import AsyncRedisRunner
 
-_COUNTER_MASK = 0xFFF
-
+#: Seconds a write waits for the clock when the logical counter at the
+#: high-water is spent (then it fails, as SimpleBroker's generator does) ...
+_CLOCK_WAIT = 1.0
+#: ... in sleeps of this many seconds.
+_CLOCK_POLL = 0.0001
 
 #: A group commit carries at most this many messages ...
 _BATCH_MAX_MESSAGES = 256
@@ -81,14 +84,15 @@ class AsyncMessages:
     waits for its own commit and gets its own ID; under load a producer
     needs far fewer round trips than messages.
 
-    Candidate IDs follow SimpleBroker's hybrid encoding on this process's
-    clock; the script takes the larger of the candidate and the durable
+    Candidate IDs come from an offline :class:`~simplebroker_redis.ids.HighWaterClock`
+    (SimpleBroker's generator on this process's clock, never reading the
+    server); the script takes the larger of the candidate and the durable
     high-water + 1, exactly as for synchronous writes.
     """
 
     def __init__(self, runner: AsyncRedisRunner, *, max_message_size: int | None = None) -> None:
         self.runner = runner
-        self._last = 0
+        self._clock = HighWaterClock.offline(runner.backend_plugin)
         self._max = max_message_size or int(resolve_config()["MAX_MESSAGE_SIZE"])
         # Batching state per event loop: loops in other threads never share
         # a batch, and a forked child starts empty.
@@ -98,18 +102,15 @@ class AsyncMessages:
         )
 
     async def _candidate(self) -> int:
+        # The generator would sleep for the clock on this thread: wait here
+        # instead, without blocking the event loop.
         waited = 0.0
-        while True:
-            now = time.time_ns() & ~_COUNTER_MASK
-            last_phys, counter = self._last & ~_COUNTER_MASK, self._last & _COUNTER_MASK
-            if now > last_phys:
-                return now
-            if counter < _COUNTER_MASK:
-                return self._last + 1
-            if waited > 1.0:
+        while self._clock.exhausted():
+            if waited > _CLOCK_WAIT:
                 raise TimestampError("Logical counter exhausted while waiting for clock to advance")
-            await asyncio.sleep(0.0001)
-            waited += 0.0001
+            await asyncio.sleep(_CLOCK_POLL)
+            waited += _CLOCK_POLL
+        return self._clock.candidates(1)[0]
 
     async def write(self, queue: str, body: str, *, delay_seconds: float = 0.0) -> int:
         """Write ``body`` to ``queue``; with a delay it is claimable only later.
@@ -178,8 +179,8 @@ class AsyncMessages:
             try:
                 ids = await self.runner.run(calls.write_batch(await self._candidate(), items))
             except ScriptConflict as conflict:
-                self._last = max(self._last, backoff.observed(conflict))
+                self._clock.observe(backoff.observed(conflict))
                 await asyncio.sleep(backoff.after(conflict))
                 continue
-            self._last = max(self._last, ids[-1])
+            self._clock.observe(ids[-1])
             return ids

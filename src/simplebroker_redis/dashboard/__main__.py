@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Final
 
-from ..observe import TargetError, async_runner, find_target
+from ..observe import async_runner
+from ..opscli import log_to_stderr, tool_parser, tool_target
 
 #: Environment variable that may hold the token instead of ``--token``.
 TOKEN_ENV: Final[str] = "SIMPLEBROKER_DASHBOARD_TOKEN"
 
+#: Port of the dashboard when none is given.
 DEFAULT_PORT: Final[int] = 8808
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the command line parser of the dashboard."""
-    parser = argparse.ArgumentParser(
-        prog="python -m simplebroker_redis.dashboard",
-        description="Serve a live web dashboard of one simplebroker-redis namespace.",
+    parser = tool_parser(
+        "python -m simplebroker_redis.dashboard",
+        "Serve a live web dashboard of one simplebroker-redis namespace.",
+        DEFAULT_PORT,
     )
-    parser.add_argument(
-        "--target",
-        help="redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL "
-        "(default: the .broker.toml of this directory or above, as the broker CLI finds it)",
-    )
-    parser.add_argument("--namespace", help="namespace (default: the project's, else the default)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default 8808)")
     parser.add_argument(
         "--bind",
         default="127.0.0.1",
@@ -77,12 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        target = find_target(args.target, args.namespace)
-    except (TargetError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    target = tool_target(args)
+    if target is None:
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr()
     app = create_app(async_runner(target), allow_actions=args.allow_actions, token=token)
     # Event streams never end by themselves: give open pages 3 s, then close them.
     config = uvicorn.Config(

@@ -1,61 +1,35 @@
-"""Activity waiters: Pub/Sub wake-ups when a queue gets pending work.
+"""The wake-up listener: one Pub/Sub connection per process and namespace.
 
-Every script that makes messages pending publishes ``1`` on the queue's wake
-channel inside the same script, so a wake-up costs no extra round trip and
-never announces work that did not commit. Wake-ups are hints: owners still
-drain queues through ordinary operations.
-
-Wake-ups use sharded Pub/Sub (``SPUBLISH``/``SSUBSCRIBE``, Redis and Valkey
-7+) on every topology: the channels carry the namespace's hash tag, so in a
-cluster they live on the node that owns the namespace's slot and a wake-up is
-not broadcast to every node; a single server or a Sentinel primary serves
-them the same way, so there is one code path.
-
-One :class:`WakeupListener` per (process, target, namespace) holds a dedicated
-Pub/Sub connection (never one from the command pool) to the namespace's
-primary and a daemon thread that dispatches messages to every registered
-waiter. On connection loss it reconnects with exponential backoff, subscribes
-again, and wakes every waiter once so a wake-up lost during the outage cannot
-stall anyone; it logs one warning per outage. When the slot moves to another
-cluster node the server ends the subscription with an unrequested
-``sunsubscribe`` (or a subscription is answered with MOVED): the listener
-treats both as an outage and reconnects to the new owner. A forked child
-gets its own listener the first time it uses a waiter.
+One :class:`WakeupListener` per (process, target, namespace) (see
+:mod:`.registry`) holds a dedicated Pub/Sub connection (never one from the
+command pool) to the namespace's primary and a daemon thread that
+dispatches messages to every registered waiter. On connection loss it
+reconnects as :class:`~.outage.Outage` says, subscribes again, and wakes
+every waiter once so a wake-up lost during the outage cannot stall anyone.
+When the slot moves to another cluster node the server ends the
+subscription with an unrequested ``sunsubscribe`` (or a subscription is
+answered with MOVED): the listener treats both as an outage and reconnects
+to the new owner. With no waiter left it closes its connection and ends its
+thread after :data:`IDLE_LINGER` seconds.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NoReturn
 
 import redis
-import redis.exceptions as rx
 
-from .retry import Backoff
-from .runner import RedisRunner
-from .validation import validate_queue_name
-
-#: Seconds between liveness PINGs on an idle Pub/Sub connection.
-PING_INTERVAL: Final[float] = 30.0
-
-#: Seconds a new registration waits for the listener's first connection.
-CONNECT_WAIT: Final[float] = 5.0
+from ..runner import RedisRunner
+from .memo import Mark, QuietMemo
+from .outage import PING_INTERVAL, SUBSCRIBE_WAIT, Outage, SlotMoved
 
 #: Seconds :meth:`WakeupListener.sync` waits for its PING to be answered.
 SYNC_WAIT: Final[float] = 1.0
-
-#: Longest slice a waiter sleeps before re-checking its stop event.
-STOP_POLL: Final[float] = 0.05
-
-#: Seconds a subscription must last to end an outage. A failover can let a
-#: reconnect succeed to the demoted node, which then drops it again: that is
-#: the same outage (one warning), and the next reconnect backs off.
-STABLE_AFTER: Final[float] = 2.0
 
 #: Seconds a listener with no subscribed queue keeps its connection and
 #: thread; then it closes both, and the next waiter opens them again. A
@@ -63,13 +37,11 @@ STABLE_AFTER: Final[float] = 2.0
 #: no connection or reconnect loop for them.
 IDLE_LINGER: Final[float] = 30.0
 
+#: What a waiter registers: called from the listener thread on a wake-up.
 Callback = Callable[[], None]
 
-logger = logging.getLogger("simplebroker_redis")
-
-
-class SlotMoved(redis.ConnectionError):
-    """The server ended a subscription we still want: the namespace's slot moved."""
+#: What ends a subscription: the connection broke, or a reply was garbled.
+_BROKEN = (redis.RedisError, OSError, ValueError)
 
 
 class _Retired(Exception):
@@ -94,21 +66,15 @@ class WakeupListener:
         self._client: Any = None
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
-        self._stopping = False
         # Always subscribed to one control channel, so the connection stays in
         # subscribed mode (liveness PINGs are answered as pub/sub messages).
         self._control = runner.keys.wake_prefix + "~listener"
         self.reconnects = 0  #: completed reconnects (observability, tests)
         self.retirements = 0  #: times the thread ended for lack of subscribers
         self._retire_soon = False  # close_idle_listeners(): retire without lingering
-        # Marks that change whenever a channel may have received a wake-up:
-        # the connection's epoch (one per connect and disconnect) and a count
-        # of the messages read per channel. See quiet_mark().
-        self._epoch = 0
-        self._heard: dict[str, int] = {}
-        self._pings = 0  #: PINGs sent on the subscription (each answered in order)
-        self._pongs = 0  #: their answers read
-        self._quiet: dict[tuple[str, int | None], tuple[int, int]] = {}
+        self._memo = QuietMemo()  # under self._lock, like everything above
+        self._pings = 0  # PINGs sent on the subscription (each answered in order)
+        self._pongs = 0  # their answers read
 
     # -- registration (any thread) --------------------------------------------
     def register(self, channels: Iterable[str], callback: Callback) -> None:
@@ -129,24 +95,21 @@ class WakeupListener:
                     self._poke()  # the listener thread reconnects and resubscribes
             # Return only once the server confirmed every channel, so a write
             # made right after the waiter exists cannot be missed. An
-            # unreachable server only delays this (CONNECT_WAIT at most).
+            # unreachable server only delays this (SUBSCRIBE_WAIT at most).
             wanted = set(channels)
-            self._confirm.wait_for(lambda: wanted <= self._confirmed, CONNECT_WAIT)
+            self._confirm.wait_for(lambda: wanted <= self._confirmed, SUBSCRIBE_WAIT)
 
     # -- quiet queues (any thread) ------------------------------------------------
-    def quiet_mark(self, channel: str) -> tuple[int, int] | None:
+    def quiet_mark(self, channel: str) -> Mark | None:
         """Return a mark that changes whenever ``channel`` may have had a wake-up.
 
         None unless the channel is subscribed right now (confirmed by the
-        server on the current connection). Every script that makes messages
-        of a queue pending, delayed or reserved-then-released publishes on
-        its channel, so while the mark is unchanged, a queue found empty is
-        still empty.
+        server on the current connection); see :mod:`.memo`.
         """
         with self._lock:
             if self._pubsub is None or channel not in self._confirmed:
                 return None
-            return (self._epoch, self._heard.get(channel, 0))
+            return self._memo.mark(channel)
 
     def sync(self, timeout: float = SYNC_WAIT) -> bool:
         """Return True once every wake-up published before this call has been read.
@@ -167,18 +130,15 @@ class WakeupListener:
             wanted = self._pings
             return self._confirm.wait_for(lambda: self._pongs >= wanted, timeout)
 
-    def quiet_since(self, channel: str, after: int | None) -> tuple[int, int] | None:
+    def quiet_since(self, channel: str, after: int | None) -> Mark | None:
         """Return the mark taken before a probe found ``channel``'s queue empty, if any."""
         with self._lock:
-            return self._quiet.get((channel, after))
+            return self._memo.quiet_since(channel, after)
 
-    def remember(self, channel: str, after: int | None, mark: tuple[int, int] | None) -> None:
+    def remember(self, channel: str, after: int | None, mark: Mark | None) -> None:
         """Record that a probe begun at ``mark`` found the queue empty (None: forget)."""
         with self._lock:
-            if mark is None:
-                self._quiet.pop((channel, after), None)
-            else:
-                self._quiet[(channel, after)] = mark
+            self._memo.remember(channel, after, mark)
 
     def unregister(self, channel: str, callback: Callback) -> None:
         """Stop delivering ``channel`` to ``callback``; raises if UNSUBSCRIBE fails."""
@@ -212,7 +172,7 @@ class WakeupListener:
         a concurrent ``register()`` starts a fresh thread) once idle long enough.
         """
         with self._lock:
-            if self._callbacks or self._stopping:
+            if self._callbacks:
                 return None
             now = time.monotonic()
             if not self._retire_soon:
@@ -253,7 +213,7 @@ class WakeupListener:
         with self._lock:
             self._confirmed.clear()
             self._leaving.clear()
-            self._epoch += 1
+            self._memo.new_epoch()
             self._pings = self._pongs = 0  # a new connection answers its own PINGs
             pubsub.ssubscribe(self._control, *self._callbacks)
             self._pubsub = pubsub
@@ -261,7 +221,7 @@ class WakeupListener:
 
     def _disconnect(self) -> None:
         with self._lock:
-            self._epoch += 1
+            self._memo.new_epoch()
             # Nothing is subscribed without a connection. A channel left here
             # (its sunsubscribe reply unread when the thread retired) would let
             # the next register() return before the new connection subscribed
@@ -332,9 +292,9 @@ class WakeupListener:
             elif asked == 1:
                 del self._leaving[channel]
             elif channel == self._control or channel in self._callbacks:
-                raise SlotMoved(f"the server ended the subscription of {channel}")
+                raise SlotMoved(channel)
         elif kind == "smessage":
-            self._heard[channel] = self._heard.get(channel, 0) + 1
+            self._memo.heard(channel)
             return channel
         return None
 
@@ -345,62 +305,38 @@ class WakeupListener:
             return
 
     def _reconnect_loop(self) -> None:
-        backoff = Backoff()
+        outage = Outage(self._runner.connections, self._runner.where)
         first = True
-        failing = restored = False
         idle_since: float | None = None
-        while not self._stopping:
+        while True:
             try:
                 self._connect()
                 self._drain()  # an SSUBSCRIBE answered with MOVED raises here
-            except (redis.RedisError, OSError, ValueError) as exc:
-                failing = self._lost(exc, failing)
+            except _BROKEN as exc:
+                delay = outage.lost(exc, None)
                 self._disconnect()
                 idle_since = self._retire_if_idle(idle_since)
-                time.sleep(backoff.next())
+                time.sleep(delay)
                 continue
-            if failing and not restored:
-                logger.info("wake-up subscription at %s restored", self._runner.where)
-                restored = True
+            outage.subscribed()
             if not first:
                 self.reconnects += 1
                 self._wake_all()
             first = False
             started = time.monotonic()
             try:
-                self._serve()
-            except (redis.RedisError, OSError, ValueError) as exc:
-                if time.monotonic() - started >= STABLE_AFTER:
-                    failing = restored = False  # a new outage
-                    backoff.reset()
-                failing = self._lost(exc, failing)
+                self._serve()  # ends only by raising
+            except _BROKEN as exc:
+                delay = outage.lost(exc, time.monotonic() - started)
             self._disconnect()
-            if failing and not self._stopping:
-                time.sleep(backoff.next())
+            time.sleep(delay)
 
-    def _lost(self, exc: BaseException, failing: bool) -> bool:
-        """Re-point the route after a failure; log the first failure of an outage."""
-        connections = self._runner.connections
-        if isinstance(exc, rx.MovedError):
-            connections.moved((str(exc.host), int(exc.port)))
-        elif connections.kind == "cluster":
-            connections.moved(None)  # ask the seed nodes where the slot is now
-        if not failing and not self._stopping:
-            # type and text: redis-py 8's repr of its errors drops the text
-            logger.warning(
-                "wake-up subscription at %s lost: %s: %s; reconnecting",
-                self._runner.where,
-                type(exc).__name__,
-                exc,
-            )
-        return True
-
-    def _serve(self) -> None:
+    def _serve(self) -> NoReturn:
         last_io = time.monotonic()
         idle_since: float | None = None
         # The socket watched and its wait (built once per socket).
         watch: tuple[Any, Callable[[float], set[int]]] | None = None
-        while not self._stopping:
+        while True:
             idle_since = self._retire_if_idle(idle_since)
             sock = self._pubsub.connection._sock if self._pubsub.connection else None
             if sock is None:
@@ -437,115 +373,3 @@ def _readiness(*fds: int) -> Callable[[float], set[int]]:
         return lambda timeout: {fd for fd, _ in poller.poll(timeout * 1000)}
     watched = list(fds)
     return lambda timeout: set(select.select(watched, [], [], timeout)[0])
-
-
-_LISTENERS: dict[tuple[Any, ...], WakeupListener] = {}
-_LISTENERS_LOCK = threading.Lock()
-
-
-def existing_listener(runner: RedisRunner) -> WakeupListener | None:
-    """Return this process's listener for the runner's namespace, if one exists."""
-    return _LISTENERS.get((os.getpid(), *runner.identity))
-
-
-def close_idle_listeners(timeout: float = 5.0) -> int:
-    """Close this process's wake-up connections that no waiter uses, at once.
-
-    An idle listener closes its connection by itself after
-    :data:`IDLE_LINGER` seconds; call this before stopping a server the
-    process is done with (a demo, a test), so the listener does not see its
-    connection drop and log a reconnect warning. Waits up to ``timeout``
-    seconds in total for the listener threads; returns how many closed.
-    """
-    pid = os.getpid()
-    with _LISTENERS_LOCK:
-        listeners = [listener for key, listener in _LISTENERS.items() if key[0] == pid]
-    threads = [thread for listener in listeners if (thread := listener.retire_if_idle())]
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return sum(not thread.is_alive() for thread in threads)
-
-
-def listener_for(runner: RedisRunner) -> WakeupListener:
-    """Return this process's listener for the runner's target and namespace."""
-    key = (os.getpid(), *runner.identity)
-    with _LISTENERS_LOCK:
-        listener = _LISTENERS.get(key)
-        if listener is None:
-            listener = _LISTENERS[key] = WakeupListener(runner)
-        return listener
-
-
-class QueueActivityWaiter:
-    """SimpleBroker ``ActivityWaiter`` for one or more queues.
-
-    ``wait(timeout)`` returns True when a wake-up arrived (since the last
-    call), False on timeout or when the stop event is set. ``close()`` is
-    terminal and idempotent; the waiter owns only its registrations.
-    """
-
-    def __init__(self, runner: RedisRunner, queue_names: Sequence[str], stop_event: Any) -> None:
-        self._runner = runner
-        self._channels = tuple(runner.keys.wake_channel(q) for q in dict.fromkeys(queue_names))
-        self._stop_event = stop_event
-        self._event = threading.Event()
-        self._closed = False
-        self._pid = os.getpid()
-        self._listener = listener_for(runner)
-        self._listener.register(self._channels, self._event.set)
-
-    def wait(self, timeout: float) -> bool:
-        """Block until a wake-up, the stop event, or ``timeout`` seconds."""
-        if self._pid != os.getpid():
-            self._rebind_after_fork()
-        deadline = time.monotonic() + max(0.0, float(timeout))
-        while True:
-            if self._stop_event is not None and self._stop_event.is_set():
-                return False
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return self._consume()
-            slice_ = remaining if self._stop_event is None else min(remaining, STOP_POLL)
-            if self._event.wait(slice_):
-                return self._consume()
-
-    def _consume(self) -> bool:
-        woken = self._event.is_set()
-        self._event.clear()
-        return woken
-
-    def _rebind_after_fork(self) -> None:
-        self._pid = os.getpid()
-        self._event = threading.Event()
-        self._listener = listener_for(self._runner)
-        self._listener.register(self._channels, self._event.set)
-
-    def close(self) -> None:
-        """Terminal, idempotent close; raises the first cleanup failure (with notes)."""
-        if self._closed:
-            return
-        self._closed = True
-        failures: list[Exception] = []
-        for channel in self._channels:
-            try:
-                self._listener.unregister(channel, self._event.set)
-            except Exception as exc:  # noqa: BLE001 - every cleanup is attempted
-                failures.append(exc)
-        if failures:
-            first = failures[0]
-            for later in failures[1:]:
-                first.add_note(f"later cleanup failure: {type(later).__name__}: {later}")
-            raise first
-
-
-def open_waiter(
-    runner: RedisRunner, queue_names: Sequence[str], stop_event: Any
-) -> QueueActivityWaiter:
-    """Validate queue names and return a registered waiter."""
-    names = list(queue_names)
-    if not names:
-        raise ValueError("queue_names cannot be empty")
-    for name in names:
-        validate_queue_name(name)
-    return QueueActivityWaiter(runner, names, stop_event)
