@@ -9,7 +9,7 @@
 -- acknowledgement it can also reserve the worker's next messages (as
 -- reserve_queues.lua), so that a worker running one task at a time spends
 -- one round trip per task, not one more per prefetch window.
--- uses: guard, members, celery, reservations, upkeep
+-- uses: guard, members, celery, tokens, settling, reserving, ordered
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
 -- ARGV: 1 wake prefix, 2 value, 3 expiry in ms ('' = none), 4 queue whose
@@ -51,16 +51,9 @@ if guard == '1' then
 else
   check_kind(entry, 'string')
 end
--- A reservation starts with upkeep (expired reservations back, due messages
--- pending), before any plan below reads what it may change.
+-- A reservation starts with upkeep, before any plan below reads what it may change.
 local head = nil
-if ahead then
-  local now, next_due = upkeep()
-  local deadline, due_in = -1, '-1'
-  if lease >= 0 then deadline = now + lease end
-  if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
-  head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
-end
+if ahead then head = open_reservation(lease) end
 local stored = 1
 if guard == '1' then
   if current then
@@ -84,11 +77,7 @@ end
 
 local picked = nil
 if ahead then
-  local names, deads = {}, {}
-  for i = 12, #ARGV, 2 do
-    names[#names + 1] = ARGV[i]
-    deads[#deads + 1] = ARGV[i + 1]
-  end
+  local names, deads = queue_pairs(12)
   picked = plan_ordered(ARGV[8], limit, names, deads)
 end
 
@@ -102,7 +91,7 @@ if stored == 1 then
 end
 local settled = 0
 if plan then settled, lost = settle_apply(plan) end
-for _, name in ipairs(emptied) do redis.call('ZREM', K_QUEUES, name) end
+unregister_queues(emptied)
 local out = {stored, settled, lost}
 if picked then
   for _, part in ipairs(head) do out[#out + 1] = part end

@@ -1,6 +1,6 @@
 -- commit.lua: store task results and settle reservations in one step: the
 -- group commit of a Taskiq worker (taskiq_simplebroker/commit.py).
--- uses: guard, reservations
+-- uses: guard, tokens, settling
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then one key
 --       per result to store.
 -- ARGV: 1 wake prefix, 2 number of results R, then R pairs (value, expiry
@@ -58,5 +58,5 @@ for _, group in ipairs(groups) do
   out[#out + 1] = settled
   out[#out + 1] = lost
 end
-for _, queue in ipairs(emptied) do redis.call('ZREM', K_QUEUES, queue) end
+unregister_queues(emptied)
 return out

@@ -1,7 +1,7 @@
 -- recover.lua: release reservations whose lease expired (stale-batch
 -- recovery). Each token's record is re-read inside this script, so a token
 -- that was settled, released or renewed in the meantime is skipped.
--- uses: reservations, time
+-- uses: releasing, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue ('' = every queue), 3 max tokens per call.
 -- Returns: {live IDs released, tokens recovered, 1 if more expired tokens

@@ -1,6 +1,6 @@
 -- release.lua: give reserved messages of a token back: pending again at once,
 -- or delayed (pending but not claimable) for a while.
--- uses: reservations, time
+-- uses: tokens, releasing, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token, 3 delay in us ('0' = claimable now),
 --       4 '1' to take back the delivery count (never handed to a handler),

@@ -1,5 +1,5 @@
 -- renew.lua: extend the leases of many tokens in one step.
--- uses: guard, bulk, reservations, time
+-- uses: guard, bulk, tokens, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 lease in us ('' = each token's own lease length),
 --       3.. tokens.

@@ -2,7 +2,7 @@
 -- token (at-least-once delivery). Reserved messages stay pending for peek and
 -- stats but nobody else can claim, move or delete them until the token is
 -- settled, released, or recovered after its lease expires.
--- uses: guard, members, bulk, reservations, upkeep
+-- uses: guard, members, bulk, tokens, reserving, upkeep
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 token (fresh, [0-9a-f]), 4 limit,
 --       5 lease in us ('-1' = never expires), 6 move target recorded for
@@ -15,7 +15,7 @@
 local queue, token, limit, lease = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local after, before, exact = ARGV[7], ARGV[8], ARGV[9]
 if redis.call('HEXISTS', K_TOKENS, token) == 1 then fail('TOKEN', 'token ' .. token .. ' is in use') end
-local now, next_due = upkeep()
+local head = open_reservation(lease)
 
 local members
 if exact ~= '' then
@@ -25,11 +25,6 @@ else
   local lo, hi = bounds(queue, after, before)
   members = range(K_PENDING, lo, hi, ARGV[12], limit)
 end
-local deadline = -1
-if lease >= 0 then deadline = now + lease end
-local due_in = '-1'
-if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
-local head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
 if #members == 0 then
   maintain(ARGV[13])
   return head

@@ -5,7 +5,7 @@
 -- leases, recovery and dead-lettering stay per queue. Used by Taskiq
 -- workers for priorities (a queue's priority queues, highest first) and for
 -- listening on several queues.
--- uses: guard, reservations, upkeep
+-- uses: guard, reserving, ordered
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token prefix (fresh, [0-9a-f]; the tokens are
 --       '<prefix>-<n>' for the n-th queue), 3 limit, 4 lease in us ('-1' =
@@ -19,18 +19,8 @@ local prefix, limit, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if not limit or limit < 1 or not lease or (#ARGV - 5) % 2 ~= 0 or #ARGV < 7 then
   fail('ARG', 'expected a limit, a lease and (queue, dead-letter queue) pairs')
 end
-local now, next_due = upkeep()
-local deadline = -1
-if lease >= 0 then deadline = now + lease end
-local due_in = '-1'
-if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end
-local head = {string.format('%.0f', now), string.format('%.0f', deadline), due_in}
-
-local names, deads = {}, {}
-for i = 6, #ARGV, 2 do
-  names[#names + 1] = ARGV[i]
-  deads[#deads + 1] = ARGV[i + 1]
-end
+local head = open_reservation(lease)
+local names, deads = queue_pairs(6)
 local picked = plan_ordered(prefix, limit, names, deads)
 apply_ordered(picked, head[1], head[2], ARGV[4], ARGV[5], head)
 return head

@@ -2,7 +2,7 @@
 -- consumed (claimed, kept until vacuum), 'delete' removes them, 'move' makes
 -- them pending in a target queue (same IDs). The token disappears once it
 -- holds no more IDs.
--- uses: reservations
+-- uses: tokens, settling
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 token, 3 mode ('claim'|'delete'|'move'), 4 target
 --       ('' = the target recorded at reserve time), 5.. 19-digit ids, or a

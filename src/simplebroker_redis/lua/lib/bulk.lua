@@ -37,19 +37,51 @@ local function hdel_all(key, fields)
   end
 end
 
+-- HMGET of hash `key`, or with `zset` ZMSCORE of sorted set `key`, for
+-- many items, chunked; an item not there is false. The first chunk's reply
+-- starts the answer (usually it is all of it: nothing to copy). The
+-- command is a literal in each branch, where the key checker
+-- (tests/faults/luakeys.py) reads it.
+local function read_many(key, items, zset)
+  local out = {}
+  for i = 1, #items, CHUNK do
+    local last = math.min(i + CHUNK - 1, #items)
+    local got
+    if zset then
+      got = redis.call('ZMSCORE', key, unpack(items, i, last))
+    else
+      got = redis.call('HMGET', key, unpack(items, i, last))
+    end
+    if i == 1 then
+      out = got
+    else
+      for j = 1, #got do out[#out + 1] = got[j] end
+    end
+  end
+  if #items > 0 then verified(key) end
+  return out
+end
+
+-- HMGET of many fields, chunked; missing fields are false.
+local function hmget_all(key, fields) return read_many(key, fields, false) end
+
+-- ZMSCORE of many members, chunked; members not in the set are false.
+local function zmscore_all(key, members) return read_many(key, members, true) end
+
+local function ids_of(members)
+  local ids = {}
+  for i = 1, #members do ids[i] = mid(members[i]) end
+  return ids
+end
+
 -- The IDs and bodies of `members`, in order; raises CORRUPT for a message
 -- without a body.
 local function bodies_of(members)
-  local ids, bodies = {}, {}
-  for j = 1, #members do ids[j] = mid(members[j]) end
-  for i = 1, #ids, CHUNK do
-    local got = redis.call('HMGET', K_BODIES, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
-    for j = 1, #got do
-      if not got[j] then fail('CORRUPT', 'message ' .. ids[i + j - 1] .. ' has no body') end
-      bodies[i + j - 1] = got[j]
-    end
+  local ids = ids_of(members)
+  local bodies = hmget_all(K_BODIES, ids)
+  for j = 1, #ids do
+    if not bodies[j] then fail('CORRUPT', 'message ' .. ids[j] .. ' has no body') end
   end
-  if #ids > 0 then verified(K_BODIES) end
   return ids, bodies
 end
 
@@ -66,12 +98,6 @@ local function queues_of(members)
   return out
 end
 
-local function ids_of(members)
-  local ids = {}
-  for i = 1, #members do ids[i] = mid(members[i]) end
-  return ids
-end
-
 -- The flat reply {id1, body1, id2, body2, ...}.
 local function id_body_pairs(ids, bodies)
   local out = {}
@@ -79,27 +105,5 @@ local function id_body_pairs(ids, bodies)
     out[2 * i - 1] = ids[i]
     out[2 * i] = bodies[i]
   end
-  return out
-end
-
--- HMGET of many fields, chunked; missing fields are false.
-local function hmget_all(key, fields)
-  local out = {}
-  for i = 1, #fields, CHUNK do
-    local got = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
-    for j = 1, #got do out[#out + 1] = got[j] end
-  end
-  if #fields > 0 then verified(key) end
-  return out
-end
-
--- ZMSCORE of many members, chunked; members not in the set are false.
-local function zmscore_all(key, members)
-  local out = {}
-  for i = 1, #members, CHUNK do
-    local got = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
-    for j = 1, #got do out[#out + 1] = got[j] end
-  end
-  if #members > 0 then verified(key) end
   return out
 end

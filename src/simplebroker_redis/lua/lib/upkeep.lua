@@ -1,6 +1,6 @@
 -- lib/upkeep.lua: promoting due delayed messages, vacuum of claimed messages,
 -- and the opportunistic upkeep and maintenance that ride on other scripts.
--- uses: guard, members, bulk, reservations, time
+-- uses: guard, members, bulk, tokens, releasing, time
 
 -- Make delayed messages whose due time has passed claimable again (up to
 -- `limit`). Returns the due time (server us, a string) of the next delayed
