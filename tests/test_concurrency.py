@@ -22,15 +22,15 @@ def _core(url: str, namespace: str):
     return redis_backend_plugin.create_core(url, backend_options={"namespace": namespace})
 
 
-def _writer(url: str, namespace: str, writer: int, start_at: float) -> dict[str, list[Any]]:
-    """Write ``"<writer>:<n>"`` until the deadline; every 5th write also allocate a bare ID."""
+def _writer(url: str, namespace: str, writer: int, start: Any) -> dict[str, list[Any]]:
+    """Write ``"<writer>:<n>"`` for WRITE_SECONDS; every 5th write also allocate a bare ID."""
     core = _core(url, namespace)
     written: list[int] = []
     stamps: list[int] = []
     sequence: list[int] = []  # every ID this process got, in call order
     stamp_errors: list[str] = []
-    time.sleep(max(0.0, start_at - time.time()))
-    deadline = start_at + WRITE_SECONDS
+    start.wait(120)  # every process has imported and connected: the race starts together
+    deadline = time.time() + WRITE_SECONDS
     n = 0
     while time.time() < deadline:
         written.append(core.write(QUEUE, f"{writer}:{n}"))
@@ -51,12 +51,12 @@ def _writer(url: str, namespace: str, writer: int, start_at: float) -> dict[str,
     }
 
 
-def _claimer(url: str, namespace: str, start_at: float) -> list[tuple[str, int]]:
+def _claimer(url: str, namespace: str, start: Any) -> list[tuple[str, int]]:
     """Claim batches until the writers are done and the queue stays empty."""
     core = _core(url, namespace)
     claimed: list[tuple[str, int]] = []
-    time.sleep(max(0.0, start_at - time.time()))
-    done_at = start_at + WRITE_SECONDS + 0.5
+    start.wait(120)
+    done_at = time.time() + WRITE_SECONDS + 0.5
     while True:
         batch = core.claim_many(QUEUE, 20)
         claimed.extend(batch)
@@ -70,12 +70,15 @@ def _claimer(url: str, namespace: str, start_at: float) -> list[tuple[str, int]]
 def test_writer_and_claimer_processes_lose_and_duplicate_nothing(redis_url, namespace, broker):
     broker.write("warm", "up")  # the namespace exists before the race starts
     context = multiprocessing.get_context("spawn")
-    start_at = time.time() + 3.0  # time for the spawned interpreters to import
-    with ProcessPoolExecutor(max_workers=6, mp_context=context) as pool:
-        writers = [pool.submit(_writer, redis_url, namespace, k, start_at) for k in range(4)]
-        claimers = [pool.submit(_claimer, redis_url, namespace, start_at) for _ in range(2)]
-        written = [future.result(timeout=60) for future in writers]
-        claimed = [future.result(timeout=60) for future in claimers]
+    # A barrier, not a start time: on a busy machine a spawned interpreter can
+    # take longer to import than any fixed head start (its window then passed
+    # before it wrote anything). Six tasks on six processes all wait at once.
+    with context.Manager() as manager, ProcessPoolExecutor(6, mp_context=context) as pool:
+        start = manager.Barrier(6)
+        writers = [pool.submit(_writer, redis_url, namespace, k, start) for k in range(4)]
+        claimers = [pool.submit(_claimer, redis_url, namespace, start) for _ in range(2)]
+        written = [future.result(timeout=180) for future in writers]
+        claimed = [future.result(timeout=180) for future in claimers]
 
     # Whatever is left is claimed here, so every message is accounted for.
     leftover = broker.claim_many(QUEUE, 1_000_000)
