@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     "aio.activity": 3,
     "aio.writes": 3,
     "heartbeat": 3,
+    "integration": 3,  # what the framework integrations share
     "observe": 3,
     "workers": 3,
     # 4: the SimpleBroker core
