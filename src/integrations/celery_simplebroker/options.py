@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
+from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
@@ -27,15 +28,6 @@ logger = logging.getLogger("celery_simplebroker")
 
 #: Environment variable naming the server when a URL names none.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
-
-#: Seconds a reservation lives without renewal: a dead worker's tasks return after it.
-DEFAULT_LEASE_SECONDS: Final[float] = 10.0
-
-#: Seconds between lease renewals of a worker's heartbeat thread.
-DEFAULT_HEARTBEAT_INTERVAL: Final[float] = 2.0
-
-#: Seconds between recovery passes over expired reservations (any worker's).
-DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
 
 #: Longest sleep of an idle worker between two reservations (wake-ups are hints).
 DEFAULT_IDLE_RECHECK: Final[float] = 10.0
@@ -189,14 +181,17 @@ def _optional_count(options: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
+_DEFAULT_TIMING: Final[LeaseTiming] = LeaseTiming()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TransportOptions:
     """The transport's validated ``broker_transport_options``."""
 
     namespace: str = DEFAULT_NAMESPACE
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
-    recover_interval: float = DEFAULT_RECOVER_INTERVAL
+    lease_seconds: float = _DEFAULT_TIMING.lease_seconds
+    heartbeat_interval: float = _DEFAULT_TIMING.heartbeat_seconds
+    recover_interval: float = _DEFAULT_TIMING.recover_seconds
     idle_recheck: float = DEFAULT_IDLE_RECHECK
     reserve_batch: int = DEFAULT_RESERVE_BATCH
     max_deliveries: int | None = None
@@ -206,15 +201,24 @@ class TransportOptions:
     priorities: bool = True
     priority_order: Literal["amqp", "redis"] = "amqp"
 
+    @property
+    def timing(self) -> LeaseTiming:
+        """Return the lease, heartbeat and recovery timing of the transport's workers."""
+        return LeaseTiming(self.lease_seconds, self.heartbeat_interval, self.recover_interval)
+
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> TransportOptions:
         """Validate Celery's ``broker_transport_options`` (unknown keys are ignored)."""
-        lease = _number(options, "lease_seconds", DEFAULT_LEASE_SECONDS)
-        heartbeat = _number(
-            options, "heartbeat_interval", min(DEFAULT_HEARTBEAT_INTERVAL, lease / 4)
-        )
-        if heartbeat > lease / 2:
-            raise ConfigurationError("heartbeat_interval must be at most half of lease_seconds")
+        try:
+            timing = lease_timing(
+                options.get("lease_seconds"),
+                options.get("heartbeat_interval"),
+                options.get("recover_interval"),
+            )
+        except TimingError as exc:
+            raise ConfigurationError(
+                f"transport option {exc.name!r} must be {exc.problem}"
+            ) from None
         dead_letter = options.get("dead_letter_queue")
         max_deliveries = _optional_count(options, "max_deliveries")
         if max_deliveries is not None and not dead_letter:
@@ -233,11 +237,9 @@ class TransportOptions:
             )
         return cls(
             namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
-            lease_seconds=lease,
-            heartbeat_interval=heartbeat,
-            recover_interval=_number(
-                options, "recover_interval", min(DEFAULT_RECOVER_INTERVAL, heartbeat)
-            ),
+            lease_seconds=timing.lease_seconds,
+            heartbeat_interval=timing.heartbeat_seconds,
+            recover_interval=timing.recover_seconds,
             idle_recheck=_number(options, "idle_recheck", DEFAULT_IDLE_RECHECK),
             reserve_batch=batch,
             max_deliveries=max_deliveries,

@@ -98,17 +98,12 @@ class Store:
     def start_heartbeat(self) -> None:
         """Renew what this process holds, and recover expired leases, from now on."""
         if self._heartbeat is None:
-            options = self.options
             self._heartbeat = LeaseHeartbeat(
                 self.runner,
                 self.holdings,
-                lease_seconds=options.lease_seconds,
-                interval=options.heartbeat_interval,
-                recover_interval=options.recover_interval,
-                on_lost=_lost,
+                self.options.timing,
+                framework="celery",
                 on_beat=self._on_beat,
-                logger=logger,
-                name="celery-simplebroker-heartbeat",
             )
         self._heartbeat.start()
 
@@ -347,10 +342,3 @@ class Store:
             self.leases.reject(token, [message_id], target)
         except ReplicationTimeout as exc:  # moved on the primary, as for ack
             logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
-
-
-def _lost(tokens: set[str]) -> None:
-    # Called from the heartbeat thread.
-    logger.warning(
-        "%d reservation(s) expired before renewal; their messages may run again", len(tokens)
-    )

@@ -55,15 +55,7 @@ class RedisStore(Store):
         self._leases: Leases | None = None
         self.holdings = Holdings()
         self.heartbeat = LeaseHeartbeat(
-            self.runner,
-            self.holdings,
-            lease_seconds=settings.lease_seconds,
-            interval=settings.heartbeat_seconds,
-            recover_interval=settings.recover_seconds,
-            on_lost=self._lost,
-            on_beat=self._report,
-            logger=logger,
-            name="protean-simplebroker-heartbeat",
+            self.runner, self.holdings, settings.timing, framework="protean", on_beat=self._report
         )
         self._waiters: dict[tuple[str, ...], QueueActivityWaiter] = {}
         self._reading: set[str] = set()  #: group queues reserved from (journal filter)
@@ -91,7 +83,7 @@ class RedisStore(Store):
             lease = self.leases.reserve(
                 queue,
                 limit,
-                self.settings.lease_seconds,
+                self.settings.timing.lease_seconds,
                 max_deliveries=most,
                 dead_letter=self.layout.dead(stream, group) if most else None,
             )
@@ -151,7 +143,7 @@ class RedisStore(Store):
     def lock(self, stream: str, group: str, lock_id: int) -> Iterator[bool]:
         """Reserve the group's registration message as its copy lock."""
         lease = self.leases.reserve(
-            self.layout.at(stream, group), 1, self.settings.lease_seconds, exact=lock_id
+            self.layout.at(stream, group), 1, self.settings.timing.lease_seconds, exact=lock_id
         )
         if not lease.messages:
             yield False
@@ -187,14 +179,7 @@ class RedisStore(Store):
         for token in self.holdings.drop(self.holdings.tokens()):
             self._give_back(token)
 
-    # -- heartbeat callbacks ---------------------------------------------------------
-    def _lost(self, tokens: set[str]) -> None:
-        logger.warning(
-            "%d reservation(s) expired before renewal and were recovered elsewhere: "
-            "their messages may be handled again",
-            len(tokens),
-        )
-
+    # -- the heartbeat's callback -------------------------------------------------------
     def _report(self) -> None:
         """Log each dead letter of the groups read here once (journal entries acked)."""
         now = time.monotonic()
@@ -238,7 +223,10 @@ class RedisStore(Store):
 
     def details(self) -> dict[str, Any]:
         """Return the backend kind, target (redacted) and namespace."""
-        return {"namespace": self.settings.namespace, "lease_seconds": self.settings.lease_seconds}
+        return {
+            "namespace": self.settings.namespace,
+            "lease_seconds": self.settings.timing.lease_seconds,
+        }
 
     def close(self) -> None:
         """Stop the heartbeat, hand back what is held, close waiters and pools."""

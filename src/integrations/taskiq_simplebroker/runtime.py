@@ -34,6 +34,7 @@ from typing import Any
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.integration import LeaseTiming
 from simplebroker_redis.priorities import priority_queue
 
 from .commit import Committer, ResultWrite
@@ -111,9 +112,7 @@ class Runtime:
         self,
         runner: AsyncRedisRunner,
         *,
-        lease_seconds: float,
-        heartbeat_interval: float,
-        recover_interval: float,
+        timing: LeaseTiming,
         dead_letter_queue: str,
         sources: Sequence[tuple[str, str]],
         max_deliveries: int | None,
@@ -135,12 +134,8 @@ class Runtime:
         self.heartbeat = LeaseHeartbeat(
             runner.sync,
             self.holdings,
-            lease_seconds=lease_seconds,
-            interval=heartbeat_interval,
-            recover_interval=recover_interval,
-            on_lost=self._lost,
-            logger=logger,
-            name="taskiq-simplebroker-heartbeat",
+            timing,
+            framework="taskiq",
             describe=lambda: {"queues": listened},
         )
         self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
@@ -276,11 +271,3 @@ class Runtime:
                 # A task on its last delivery handed back above was
                 # dead-lettered: report it before the watch stops.
                 await self.watch.close(final_check=bool(held))
-
-    def _lost(self, tokens: set[str]) -> None:
-        # Called from the heartbeat thread.
-        logger.warning(
-            "%d reservation(s) expired while this worker held them (was it paused?); "
-            "their tasks may run again elsewhere",
-            len(tokens),
-        )
