@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
+from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import number_problem, validate_queue_name
@@ -261,6 +261,14 @@ PASSED_OPTIONS: Final[tuple[str, ...]] = (
     "sentinel_password",
 )
 
+#: Options of the runner, in the transport's and the result backend's options.
+RUNNER_OPTIONS: Final[tuple[str, ...]] = (
+    "namespace",
+    "max_connections",
+    "pool_timeout",
+    *PASSED_OPTIONS,
+)
+
 
 #: Options kombu itself reads from any transport's options (its connection
 #: retry policy, the virtual transport's body encoding and dead-letter queue).
@@ -283,13 +291,7 @@ TRANSPORT_OPTIONS: Final[tuple[str, ...]] = (
 
 #: Names the result backend knows in ``result_backend_transport_options``
 #: (``global_keyprefix`` is Celery's own: it prefixes the entries' keys).
-BACKEND_OPTIONS: Final[tuple[str, ...]] = (
-    "namespace",
-    "max_connections",
-    "pool_timeout",
-    *PASSED_OPTIONS,
-    "global_keyprefix",
-)
+BACKEND_OPTIONS: Final[tuple[str, ...]] = (*RUNNER_OPTIONS, "global_keyprefix")
 
 #: Options of Celery's Redis transport that a migrated configuration may
 #: still carry, and what stands in for them here.
@@ -338,20 +340,20 @@ def warn_unknown_options(setting: str, options: Mapping[str, Any], known: Iterab
         )
 
 
-def make_runner(target: str, options: Mapping[str, Any]) -> RedisRunner:
-    """Return a runner for ``target`` with the connection options of ``options``.
+def runner_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the backend options of a transport's or result backend's options.
 
-    Raises:
-        InvalidConfigError: A passed-through backend option is invalid
-            (SimpleBroker's error, naming the option).
-
+    See :data:`RUNNER_OPTIONS`; None stands for one not given (an empty
+    ``namespace`` too), which :meth:`~simplebroker_redis.integration.Target.with_options`
+    leaves at the backend's default. The backend checks them where the
+    runner is made (``Target.runner`` raises ``InvalidConfigError``,
+    naming the option).
     """
+    namespace, pool = options.get("namespace"), options.get("max_connections")
     timeout = options.get("pool_timeout")
-    passed = {name: options[name] for name in PASSED_OPTIONS if name in options}
-    return RedisRunner(
-        target,
-        namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
-        max_connections=int(options.get("max_connections", 50)),
-        pool_timeout=None if timeout is None else float(timeout),
-        **passed,
-    )
+    return {
+        "namespace": str(namespace) if namespace else None,
+        "max_connections": None if pool is None else int(pool),
+        "pool_timeout": None if timeout is None else float(timeout),
+        **{name: options[name] for name in PASSED_OPTIONS if name in options},
+    }

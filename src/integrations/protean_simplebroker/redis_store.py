@@ -27,10 +27,11 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import BackendOptions, Lease, Leases, RedisRunner, ReplicationTimeout, calls
+from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls import JOURNAL_START
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.integration import Target
 
 from .config import Settings
 from .names import Layout, Parsed
@@ -49,9 +50,7 @@ class RedisStore(Store):
 
     def __init__(self, settings: Settings, layout: Layout) -> None:
         super().__init__(settings, layout)
-        self.runner = RedisRunner(
-            settings.target, BackendOptions.parse(settings.backend_options), config=self.config
-        )
+        self.runner = Target(settings.target, settings.backend_options).runner(self.config)
         self._leases: Leases | None = None
         self.holdings = Holdings()
         self.heartbeat = LeaseHeartbeat(

@@ -130,6 +130,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self,
         url: str | None = None,
         *,
+        # Its connection keywords (runner, namespace, the pool, wait_*,
+        # sentinel_password, **connection_kwargs) are declared again, typed, by
+        # the result backend and the schedule source for the ones they take;
+        # make_runner reads them all in one place.
         runner: AsyncRedisRunner | None = None,
         queue: str | None = None,
         queue_name: str | None = None,
@@ -155,19 +159,14 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         **connection_kwargs: Any,
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        self.runner = make_runner(
-            url,
-            runner,
-            namespace,
-            pool_size(max_connections, max_connection_pool_size),
-            connection_options=connection_kwargs,
-            backend_options={
-                "wait_replicas": wait_replicas,
-                "wait_timeout": wait_timeout,
-                "wait_aof": wait_aof,
-                "sentinel_password": sentinel_password,
-            },
-        )
+        pool = pool_size(max_connections, max_connection_pool_size)
+        durability = {
+            "wait_replicas": wait_replicas,
+            "wait_timeout": wait_timeout,
+            "wait_aof": wait_aof,
+            "sentinel_password": sentinel_password,
+        }
+        self.runner = make_runner(url, runner, namespace, pool, {**durability, **connection_kwargs})
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
