@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import number_problem, validate_queue_name
@@ -186,9 +185,13 @@ _DEFAULT_TIMING: Final[LeaseTiming] = LeaseTiming()
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TransportOptions:
-    """The transport's validated ``broker_transport_options``."""
+    """The transport's validated ``broker_transport_options``.
 
-    namespace: str = DEFAULT_NAMESPACE
+    The options of its runner (``namespace``, ``max_connections``,
+    ``pool_timeout`` and :data:`PASSED_OPTIONS`) are the backend's own,
+    checked where the runner is made (:func:`runner_options`).
+    """
+
     lease_seconds: float = _DEFAULT_TIMING.lease_seconds
     heartbeat_interval: float = _DEFAULT_TIMING.heartbeat_seconds
     recover_interval: float = _DEFAULT_TIMING.recover_seconds
@@ -196,8 +199,6 @@ class TransportOptions:
     reserve_batch: int = DEFAULT_RESERVE_BATCH
     max_deliveries: int | None = None
     dead_letter_queue: str | None = None
-    max_connections: int = 50
-    pool_timeout: float | None = None
     priorities: bool = True
     priority_order: Literal["amqp", "redis"] = "amqp"
 
@@ -226,7 +227,6 @@ class TransportOptions:
         batch = options.get("reserve_batch", DEFAULT_RESERVE_BATCH)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ConfigurationError("transport option 'reserve_batch' must be an integer >= 1")
-        pool_timeout = options.get("pool_timeout")
         priorities = options.get("priorities", True)
         if not isinstance(priorities, bool):
             raise ConfigurationError("transport option 'priorities' must be True or False")
@@ -236,7 +236,6 @@ class TransportOptions:
                 "transport option 'priority_order' must be 'amqp' (9 first) or 'redis' (0 first)"
             )
         return cls(
-            namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
             lease_seconds=timing.lease_seconds,
             heartbeat_interval=timing.heartbeat_seconds,
             recover_interval=timing.recover_seconds,
@@ -244,8 +243,6 @@ class TransportOptions:
             reserve_batch=batch,
             max_deliveries=max_deliveries,
             dead_letter_queue=storage_queue(str(dead_letter)) if dead_letter else None,
-            max_connections=int(options.get("max_connections", 50)),
-            pool_timeout=None if pool_timeout is None else float(pool_timeout),
             priorities=priorities,
             priority_order=order,
         )
@@ -285,7 +282,7 @@ KOMBU_OPTIONS: Final[tuple[str, ...]] = (
 #: Names this transport knows in ``broker_transport_options``.
 TRANSPORT_OPTIONS: Final[tuple[str, ...]] = (
     *(field.name for field in dataclasses.fields(TransportOptions)),
-    *PASSED_OPTIONS,
+    *RUNNER_OPTIONS,
     *KOMBU_OPTIONS,
 )
 
