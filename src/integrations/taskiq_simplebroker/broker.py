@@ -24,32 +24,17 @@ from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, l
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
 from .codec import encode_body
-from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
+from .connection import close_runner, make_runner, pool_size
 from .deadletters import DeadLetterEntry, report_dead_letter
 from .errors import ConfigurationError, LabelError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
-from .routing import DEFAULT_QUEUE, label_queue, listened_queues, sources
+from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 
 logger = logging.getLogger("taskiq_simplebroker")
-
-# URL_ENV, resolve_url, make_runner and close_runner live in .connection;
-# they stay importable from here for code written against earlier versions.
-__all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "DEFAULT_PREFETCH",
-    "DEFAULT_QUEUE",
-    "URL_ENV",
-    "SimpleBrokerTaskiqBroker",
-    "close_runner",
-    "delay_seconds",
-    "make_runner",
-    "resolve_url",
-]
-
 
 #: Most tasks one listener holds at once (reserved and not yet acknowledged).
 DEFAULT_PREFETCH: Final[int] = 20

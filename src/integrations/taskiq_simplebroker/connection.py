@@ -80,11 +80,6 @@ _OWN_OPTIONS: Final[dict[str, str]] = {
 }
 
 
-def resolve_url(url: str | None) -> str:
-    """Return the target URL for ``url`` (see :func:`choose_server` for None)."""
-    return choose_server(url).target
-
-
 def choose_server(url: str | None) -> Target:
     """Return the server of ``url``, else of the environment or the project config.
 
