@@ -38,7 +38,7 @@ RECOVER_BATCH: Final[int] = 256
 
 
 class Holdings:
-    """Thread-safe count of unsettled messages per reservation token of a process.
+    """Thread-safe count of the messages a process holds, per reservation token.
 
     The process holds a token while any of its messages is neither
     acknowledged nor handed back; the heartbeat renews exactly those tokens.
@@ -53,7 +53,7 @@ class Holdings:
         with self._lock:
             self._open[token] = self._open.get(token, 0) + count
 
-    def settle(self, token: str, count: int = 1) -> bool:
+    def let_go(self, token: str, count: int = 1) -> bool:
         """Stop holding ``count`` messages of ``token``; False if it was not held."""
         with self._lock:
             left = self._open.get(token)
@@ -66,7 +66,7 @@ class Holdings:
             return True
 
     def holds(self, token: str) -> bool:
-        """Return whether a message of ``token`` is still unsettled."""
+        """Return whether a message of ``token`` is still held."""
         with self._lock:
             return token in self._open
 
@@ -76,7 +76,7 @@ class Holdings:
             return {token for token in tokens if self._open.pop(token, None) is not None}
 
     def busy(self) -> bool:
-        """Return whether any held message is still unsettled."""
+        """Return whether any message is still held."""
         return bool(self._open)
 
     def tokens(self) -> list[str]:

@@ -293,7 +293,7 @@ class Store:
         if confirmed:
             return
         if confirmed is None:
-            self.holdings.settle(token)
+            self.holdings.let_go(token)
         try:
             settlement = self.leases.ack(token, [message_id], delete=True)
         except ReplicationTimeout as exc:
@@ -313,7 +313,7 @@ class Store:
             if not id_list:
                 continue
             if len(id_list) > unheld:  # before the server drops the token
-                self.holdings.settle(token, len(id_list) - unheld)
+                self.holdings.let_go(token, len(id_list) - unheld)
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
             except ReplicationTimeout:
@@ -337,7 +337,7 @@ class Store:
         if not left:
             return  # its result's script deleted it already
         if not unheld:
-            self.holdings.settle(token)  # before the server drops the token
+            self.holdings.let_go(token)  # before the server drops the token
         try:
             self.leases.reject(token, [message_id], target)
         except ReplicationTimeout as exc:  # moved on the primary, as for ack

@@ -115,7 +115,7 @@ class RedisStore(Store):
         except ReplicationTimeout as exc:
             logger.warning("acknowledgement not confirmed by a replica: %s", exc)
             settled = 1
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return settled == 1
 
     def release(self, held: Held, *, counted: bool) -> bool:
@@ -125,14 +125,14 @@ class RedisStore(Store):
         except ReplicationTimeout as exc:
             logger.warning("hand-back not confirmed by a replica: %s", exc)
             done = 1
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return done == 1
 
     def _bury(self, held: Held) -> bool:
         """Move a held copy to the dead-letter queue (``Leases.reject``, one script)."""
         dead = self.layout.dead(held.stream, held.group)
         settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return settled == 1
 
     def recover(self, stream: str, group: str) -> None:
@@ -152,7 +152,7 @@ class RedisStore(Store):
         try:
             yield True
         finally:
-            self.holdings.settle(lease.token)
+            self.holdings.let_go(lease.token)
             self._give_back(lease.token)
 
     def deliveries(self, copy_id: int, stream: str, group: str) -> int:

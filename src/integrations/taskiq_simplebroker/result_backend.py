@@ -176,7 +176,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         return model.model_validate(self.serializer.loadb(decode_body(text)))
 
     @staticmethod
-    async def _settled(runtime: Runtime | None, key: str) -> None:
+    async def _until_written(runtime: Runtime | None, key: str) -> None:
         if runtime is not None:
             await runtime.written(key)
 
@@ -220,7 +220,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """Return whether a result of ``task_id`` is stored."""
         runner, runtime = self._shard(task_id)
         key = runner.keys.result_key(task_id)
-        await self._settled(runtime, key)
+        await self._until_written(runtime, key)
         return bool(await runner.execute(lambda client: client.exists(key), idempotent=True))
 
     async def get_result(self, task_id: str, with_logs: bool = False) -> TaskiqResult[_ReturnType]:
@@ -232,7 +232,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """
         runner, runtime = self._shard(task_id)
         key = runner.keys.result_key(task_id)
-        await self._settled(runtime, key)
+        await self._until_written(runtime, key)
         if self.keep_results:
             raw = await runner.execute(lambda client: client.get(key), idempotent=True)
         else:

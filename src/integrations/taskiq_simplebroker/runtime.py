@@ -52,7 +52,7 @@ class _Mark:
 
 
 class PrefetchWindow:
-    """The messages one listener holds: reserved ahead, running, not yet settled.
+    """The messages one listener holds: reserved ahead, running, not yet acknowledged.
 
     ``size`` bounds the messages reserved *ahead* of Taskiq (fetched, not yet
     handed to it), so it is the size of a reservation; how many run at once
@@ -61,12 +61,12 @@ class PrefetchWindow:
 
     A message on its last allowed delivery is held *alone*: nothing more is
     reserved while it is held, and it is yielded only once every other
-    message of the listener is settled (see :mod:`.listener`).
+    message of the listener is acknowledged (see :mod:`.listener`).
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.used = 0  #: held messages: buffered, running, not yet settled
+        self.used = 0  #: held messages: buffered, running, not yet acknowledged
         self.alone: int | None = None  #: ID of the message held alone, if any
         self._freed = asyncio.Event()
 
@@ -84,8 +84,8 @@ class PrefetchWindow:
         self.used -= count
         self._freed.set()
 
-    def settle(self, message_id: int) -> None:
-        """Account for one settled message."""
+    def done(self, message_id: int) -> None:
+        """Account for one message the listener is done with (acknowledged or dead-lettered)."""
         if message_id == self.alone:
             self.alone = None
         self.free()
@@ -184,8 +184,8 @@ class Runtime:
         """
         task = asyncio.current_task()
         mark = self._marks.pop(task, None) if task is not None else None
-        window.settle(message_id)
-        self.holdings.settle(token)
+        window.done(message_id)
+        self.holdings.let_go(token)
         if mark is None:
             await self.committer.submit((), token, message_id)
         else:
@@ -240,7 +240,7 @@ class Runtime:
         """Make held messages pending again at once; return how many."""
         released = 0
         for token, ids in batches:
-            self.holdings.settle(token, len(ids))
+            self.holdings.let_go(token, len(ids))
             try:
                 released += await self.leases.release(token, ids, undeliver=undeliver)
             except ReplicationTimeout as exc:  # done on the primary, not on a replica yet
