@@ -19,6 +19,7 @@ reservation reads them in :meth:`Store.levels` order.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from queue import Empty
@@ -26,15 +27,8 @@ from typing import Any, Final, cast
 
 from simplebroker import resolve_config
 
-from simplebroker_redis import (
-    LeasedMessage,
-    Leases,
-    RedisBrokerCore,
-    RedisRunner,
-    ReplicationTimeout,
-    calls,
-)
-from simplebroker_redis.calls import MultiLease
+from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
+from simplebroker_redis.calls import LeasedMessage, MultiLease
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels, priority_queue
 from simplebroker_redis.validation import validate_message
@@ -70,24 +64,18 @@ class Store:
         self.acks = ResultAcks(runner.identity, self.holdings)
         self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self._on_beat = on_beat
-        self._core: RedisBrokerCore | None = None
-        self._leases: Leases | None = None
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
 
-    @property
+    @functools.cached_property
     def core(self) -> RedisBrokerCore:
         """Return the SimpleBroker connection used for writes, broadcasts and claims."""
-        if self._core is None:
-            self._core = RedisBrokerCore(self.runner)
-        return self._core
+        return RedisBrokerCore(self.runner)
 
-    @property
+    @functools.cached_property
     def leases(self) -> Leases:
-        """Return the reservation API."""
-        if self._leases is None:
-            self._leases = Leases(self.runner)
-        return self._leases
+        """Return the reservation API (validates the namespace on first use)."""
+        return Leases(self.runner)
 
     # -- the heartbeat ----------------------------------------------------------------------
     @property

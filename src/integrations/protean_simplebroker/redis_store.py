@@ -20,6 +20,7 @@ step, so nothing polls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -51,7 +52,6 @@ class RedisStore(Store):
     def __init__(self, settings: Settings, layout: Layout) -> None:
         super().__init__(settings, layout)
         self.runner = Target(settings.target, settings.backend_options).runner(self.config)
-        self._leases: Leases | None = None
         self.holdings = Holdings()
         self.heartbeat = LeaseHeartbeat(
             self.runner, self.holdings, settings.timing, framework="protean", on_beat=self._report
@@ -64,12 +64,10 @@ class RedisStore(Store):
     def _target(self) -> tuple[str | BrokerTarget, Any]:
         return self.runner.broker_target, self.runner
 
-    @property
+    @functools.cached_property
     def leases(self) -> Leases:
         """Return the reservation API (validates the namespace on first use)."""
-        if self._leases is None:
-            self._leases = Leases(self.runner)
-        return self._leases
+        return Leases(self.runner)
 
     # -- reservations ------------------------------------------------------------
     def reserve(
