@@ -82,6 +82,7 @@ LAYERS: dict[str, int] = {
     "aio.activity": 3,
     "aio.writes": 3,
     "heartbeat": 3,
+    "integration": 3,  # what the framework integrations share
     "observe": 3,
     "workers": 3,
     # 4: the SimpleBroker core
@@ -218,11 +219,13 @@ def test_the_check_finds_a_cycle():
 
 # -- the integrations (src/integrations/) ------------------------------------------------
 #
-# Each integration package is a tree of its own: its modules import one
-# another in no cycle (TYPE_CHECKING and function-level imports count too),
-# none imports another integration, and none is over MAX_LINES lines. The
-# Celery package also keeps kombu's shape in layers: what a message is and
-# the registries first, then the store, the poller, the channel, and the
+# Each integration package is a tree of its own: its modules form layers
+# as the core's do (every module placed, no import of a higher layer), they
+# import one another in no cycle (TYPE_CHECKING and function-level imports
+# count too), none imports another integration, and none is over MAX_LINES
+# lines. What they share lives in the core (``simplebroker_redis.integration``).
+# The Celery package keeps kombu's shape: what a message is and the
+# registries first, then the store, the poller, the channel, and the
 # transport and result backend on top; the result backend reaches the
 # transport only through the ack-with-result registry (``acks``).
 
@@ -264,6 +267,59 @@ CELERY_LAYERS: dict[str, int] = {
     "transport": 5,
     "backend": 5,
     "": 6,
+}
+
+TASKIQ_LAYERS: dict[str, int] = {
+    # 0: errors, message bodies, the optional middlewares (metrics, tracing)
+    "errors": 0,
+    "codec": 0,
+    "metrics": 0,
+    "tracing": 0,
+    # 1: where a runner connects, routing, shards, the server's eviction
+    # policy, the commit batcher, the dead-letter watch
+    "connection": 1,
+    "routing": 1,
+    "shards": 1,
+    "eviction": 1,
+    "commit": 1,
+    "deadletters": 1,
+    # 2: a worker's per-process state; 3: its listener
+    "runtime": 2,
+    "listener": 3,
+    # 4: Taskiq's result backend and schedule source; 5: the broker (it
+    # checks its result backend's server with its own); the package facade
+    "result_backend": 4,
+    "schedule_source": 4,
+    "broker": 5,
+    "": 6,
+}
+
+PROTEAN_LAYERS: dict[str, int] = {
+    # 0: queue names, message envelopes, the SQLite consumers' liveness locks
+    "names": 0,
+    "messages": 0,
+    "liveness": 0,
+    # 1: the broker table's settings, recorded failures
+    "config": 1,
+    "failures": 1,
+    # 2: what a backend offers; 3: the two backends, consumer groups, held messages
+    "store": 2,
+    "redis_store": 3,
+    "sqlite_store": 3,
+    "groups": 3,
+    "inflight": 3,
+    # 4: dead letters and health reports over the groups; 5: Protean's broker
+    "dlq": 4,
+    "reports": 4,
+    "broker": 5,
+    "": 6,
+}
+
+#: Each integration package's layers.
+INTEGRATION_LAYERS: dict[str, dict[str, int]] = {
+    "celery_simplebroker": CELERY_LAYERS,
+    "protean_simplebroker": PROTEAN_LAYERS,
+    "taskiq_simplebroker": TASKIQ_LAYERS,
 }
 
 
@@ -333,16 +389,29 @@ def test_no_integration_module_is_over_the_limit():
     assert {name for name, lines in sizes.items() if lines > MAX_LINES} == set(OVERSIZED)
 
 
-def test_the_celery_package_keeps_its_layers():
-    graph = integration_graph("celery_simplebroker")
-    assert sorted(set(graph) ^ set(CELERY_LAYERS)) == []  # every module has a layer
+@pytest.mark.parametrize("package", INTEGRATION_PACKAGES)
+def test_an_integration_keeps_its_layers(package):
+    layers = INTEGRATION_LAYERS[package]
+    graph = integration_graph(package)
+    assert sorted(set(graph) ^ set(layers)) == []  # every module has a layer
     upward = [
         f"{importer} -> {target}"
         for importer, targets in graph.items()
         for target in targets
-        if CELERY_LAYERS[target] > CELERY_LAYERS[importer]
+        if layers[target] > layers[importer]
     ]
     assert upward == []
+
+
+def test_every_package_in_src_has_its_layers():
+    src = INTEGRATIONS.parent
+    # The core's modules have LAYERS above; each integration, its own.
+    assert {path.relative_to(src).parts[0] for path in src.rglob("*.py")} == {
+        PACKAGE,
+        INTEGRATIONS.name,
+    }
+    packages = {path.relative_to(INTEGRATIONS).parts[0] for path in INTEGRATIONS.rglob("*.py")}
+    assert packages == set(INTEGRATION_PACKAGES) == set(INTEGRATION_LAYERS)
 
 
 def test_the_result_backend_reaches_the_transport_only_through_acks():
@@ -354,8 +423,9 @@ def test_the_integration_check_finds_a_cycle_and_its_names(tmp_path, monkeypatch
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                  "    from .b import B\n")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n"
+    )
     (package / "b.py").write_text("def f():\n    from pkg import a\n")
     monkeypatch.setattr(sys.modules[__name__], "INTEGRATIONS", tmp_path)
     graph = integration_graph("pkg")

@@ -1,20 +1,20 @@
 """Lease heartbeats for integrations: keep what a process holds, recover what others lost.
 
-A worker process (Taskiq, Celery) reserves messages under tokens
+A worker process (Taskiq, Celery, Protean) reserves messages under tokens
 (:mod:`.leases`). :class:`Holdings` counts, per token, the messages the
-process has not settled yet; :class:`LeaseHeartbeat` is a daemon thread
-that every ``interval`` seconds renews every held token in one round trip,
-and every ``recover_interval`` seconds releases reservations whose lease
-expired, whoever held them (a dead worker's), in one round trip. The
-recovery script re-checks each token on the server, so any number of
-workers can recover at once; recovered messages publish a wake-up, so idle
-workers take them at once.
+process still holds; :class:`LeaseHeartbeat` is a daemon thread that every
+``heartbeat_seconds`` renews every held token in one round trip, and every
+``recover_seconds`` releases reservations whose lease expired, whoever
+held them (a dead worker's), in one round trip (the timing comes from
+:func:`~.integration.lease_timing`). The recovery script re-checks each
+token on the server, so any number of workers can recover at once;
+recovered messages publish a wake-up, so idle workers take them at once.
 
 The thread uses the synchronous runner (its own pool), so neither a task
 that blocks an event loop nor a loop busy with thousands of tasks can delay
 renewal. A worker killed at time *t* renewed its leases at most
-``interval`` before, so its messages are pending again by *t +
-lease_seconds + recover_interval*.
+``heartbeat_seconds`` before, so its messages are pending again by *t +
+lease_seconds + recover_seconds*.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
+from .integration import LeaseTiming
 from .leases import Leases
 from .runner import RedisRunner
 from .workers import Presence, notify, worker_kind
@@ -37,7 +38,7 @@ RECOVER_BATCH: Final[int] = 256
 
 
 class Holdings:
-    """Thread-safe count of unsettled messages per reservation token of a process.
+    """Thread-safe count of the messages a process holds, per reservation token.
 
     The process holds a token while any of its messages is neither
     acknowledged nor handed back; the heartbeat renews exactly those tokens.
@@ -52,7 +53,7 @@ class Holdings:
         with self._lock:
             self._open[token] = self._open.get(token, 0) + count
 
-    def settle(self, token: str, count: int = 1) -> bool:
+    def let_go(self, token: str, count: int = 1) -> bool:
         """Stop holding ``count`` messages of ``token``; False if it was not held."""
         with self._lock:
             left = self._open.get(token)
@@ -65,7 +66,7 @@ class Holdings:
             return True
 
     def holds(self, token: str) -> bool:
-        """Return whether a message of ``token`` is still unsettled."""
+        """Return whether a message of ``token`` is still held."""
         with self._lock:
             return token in self._open
 
@@ -75,7 +76,7 @@ class Holdings:
             return {token for token in tokens if self._open.pop(token, None) is not None}
 
     def busy(self) -> bool:
-        """Return whether any held message is still unsettled."""
+        """Return whether any message is still held."""
         return bool(self._open)
 
     def tokens(self) -> list[str]:
@@ -94,17 +95,15 @@ class LeaseHeartbeat:
     Args:
         runner: The synchronous runner the thread sends its scripts through.
         holdings: The tokens this process holds.
-        lease_seconds: The lease every renewal grants.
-        interval: Seconds between renewals (and ``on_beat`` calls).
-        recover_interval: Seconds between recovery passes.
-        on_lost: Called (from the thread) with tokens whose lease had expired
-            and was recovered elsewhere before this process renewed it.
+        timing: The lease every renewal grants, the seconds between
+            renewals (and ``on_beat`` calls) and between recovery passes.
+        framework: ``taskiq``, ``celery`` or ``protean``: outages, recoveries
+            and lost leases are logged on ``<framework>_simplebroker`` (one
+            warning per outage), the thread is
+            ``<framework>-simplebroker-heartbeat`` and the worker's record
+            names the framework (:func:`~.workers.worker_kind`).
         on_beat: Called (from the thread) after every renewal, for whatever
             else must stay alive at the same pace (Celery's bindings).
-        logger: Where outages and recoveries are reported (one warning per
-            outage).
-        name: The thread's name (its first word, ``taskiq`` or ``celery``,
-            names the framework in the worker's record).
         describe: More fields for the worker's heartbeat record (see
             :class:`~.workers.Presence`); every beat also stores the record.
 
@@ -114,39 +113,26 @@ class LeaseHeartbeat:
         self,
         runner: RedisRunner,
         holdings: Holdings,
+        timing: LeaseTiming,
         *,
-        lease_seconds: float,
-        interval: float,
-        recover_interval: float,
-        on_lost: Callable[[set[str]], None],
+        framework: str,
         on_beat: Callable[[], None] | None = None,
-        logger: logging.Logger,
-        name: str,
         describe: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
-        self._runner = runner
-        self._holdings = holdings
-        self._lease_seconds = lease_seconds
-        self._interval = interval
-        self._recover_interval = recover_interval
-        self._on_lost = on_lost
-        self._on_beat = on_beat
-        self._logger = logger
-        self._name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failing = False
+        self.kind = worker_kind(framework)
+        self.presence = Presence(runner, kind=self.kind, timing=timing, describe=describe)
         self.renewals = 0  #: successful renew round trips (observability, tests)
         self.renew_failures = 0  #: beats that failed (the thread retried)
         self.recovered = 0  #: messages this heartbeat recovered
-        self.kind = worker_kind(name)
-        self.presence = Presence(
-            runner,
-            kind=self.kind,
-            interval=interval,
-            lease_seconds=lease_seconds,
-            describe=describe,
-        )
+        self._runner = runner
+        self._holdings = holdings
+        self._timing = timing
+        self._on_beat = on_beat
+        self._logger = logging.getLogger(f"{framework}_simplebroker")
+        self._name = f"{framework}-simplebroker-heartbeat"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
 
     def start(self) -> None:
         """Start the thread (idempotent)."""
@@ -180,10 +166,10 @@ class LeaseHeartbeat:
                     self.presence.beat(self._holdings.tokens(), self.renewals, self.renew_failures)
                     if self._on_beat is not None:
                         self._on_beat()
-                    next_renew = now + self._interval
+                    next_renew = now + self._timing.heartbeat_seconds
                 if now >= next_recover:
                     self._recover(leases)
-                    next_recover = now + self._recover_interval
+                    next_recover = now + self._timing.recover_seconds
                 if self._failing:
                     self._logger.info("lease heartbeat reaches the server again")
                     self._failing = False
@@ -203,7 +189,7 @@ class LeaseHeartbeat:
         tokens = self._holdings.tokens()
         if not tokens:
             return
-        gone = leases.renew(tokens, self._lease_seconds)
+        gone = leases.renew(tokens, self._timing.lease_seconds)
         self.renewals += 1
         notify("renewed", self.kind, len(tokens))
         if gone:
@@ -213,7 +199,11 @@ class LeaseHeartbeat:
             lost = self._holdings.drop(gone)
             if lost:
                 notify("lost", self.kind, len(lost))
-                self._on_lost(lost)
+                self._logger.warning(
+                    "%d reservation(s) expired before renewal (was this process paused?) and "
+                    "were recovered elsewhere: their messages may be handled again",
+                    len(lost),
+                )
 
     def _recover(self, leases: Leases) -> None:
         while not self._stop.is_set():

@@ -25,18 +25,19 @@ delivery count: how many times it has been reserved. With ``max_deliveries``
 a message whose lease expires (or is released) after its last allowed
 delivery goes to the ``dead_letter`` queue instead of being redelivered.
 
-:class:`LeaseCalls` defines each operation once, as a typed
+:class:`Reservations` defines each operation once, as a typed
 :class:`~simplebroker_redis.calls.Call`. :class:`Leases` runs them on a
-:class:`~simplebroker_redis.RedisRunner`; its asyncio twin,
-:class:`~simplebroker_redis.aio.AsyncLeases`, returns the same calls bound
-to an asyncio runner, ready to ``await``. SimpleBroker's ``at_least_once``
+:class:`~simplebroker_redis.RedisRunner`; :class:`LeaseCalls` returns the
+calls themselves, and its asyncio subclass,
+:class:`~simplebroker_redis.aio.AsyncLeases`, returns them bound to an
+asyncio runner, ready to ``await``. SimpleBroker's ``at_least_once``
 generators are the special case whose lease is ``stale_batch_seconds``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from . import calls
 from .calls import Call
@@ -48,32 +49,107 @@ from .validation import validate_queue_name
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["LeaseCalls", "Leases"]
+__all__ = ["LeaseCalls", "Leases", "Reservations"]
+
+
+class _Operation(Generic[P, R]):
+    """One reservation operation: its call, run by :class:`Leases`, returned by :class:`LeaseCalls`.
+
+    ``build`` makes the call from the namespace's keys and the operation's
+    arguments; reading the operation from an API object gives a function
+    of those arguments that hands the call to the object's ``finish``.
+    """
+
+    def __init__(self, build: Callable[Concatenate[Keyspace, P], Call[R]]) -> None:
+        self._build = build
+        self.__doc__ = build.__doc__
+
+    @classmethod
+    def of(cls, build: Callable[P, Call[R]]) -> _Operation[P, R]:
+        """Return the operation of a builder that needs no keys (those of :mod:`.calls`)."""
+
+        def keyed(keys: Keyspace, /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+            return build(*args, **kwargs)
+
+        keyed.__doc__ = build.__doc__
+        return cls(keyed)
+
+    @overload
+    def __get__(self, api: None, owner: type[Any]) -> _Operation[P, R]: ...
+    @overload
+    def __get__(self, api: Leases, owner: type[Any]) -> Callable[P, R]: ...
+    @overload
+    def __get__(self, api: LeaseCalls, owner: type[Any]) -> Callable[P, Call[R]]: ...
+    def __get__(self, api: Reservations | None, owner: type[Any]) -> Any:
+        if api is None:
+            return self
+        build, keys, finish = self._build, api.keys, api.finish
+
+        def operation(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return finish(build(keys, *args, **kwargs))
+
+        operation.__doc__ = self.__doc__
+        return operation
+
+
+def _ack(token: str, ids: Iterable[int] | None = None, *, delete: bool = False) -> Call[Settlement]:
+    """Consume ``ids`` of a token (all when None): claimed, or deleted."""
+    return calls.settle(token, "delete" if delete else "claim", "", ids)
+
+
+def _reject(token: str, ids: Iterable[int] | None, queue: str) -> Call[Settlement]:
+    """Move ``ids`` of a token (all when None) to ``queue``, pending, same IDs."""
+    validate_queue_name(queue)
+    return calls.settle(token, "move", queue, ids)
+
+
+def _commit(token: str, mode: SettleMode = "claim") -> Call[Settlement]:
+    """Settle every ID of a token with ``mode`` ('move' uses its reserve target)."""
+    return calls.settle(token, mode)
 
 
 def _count(raw: Any) -> int:
     return int(raw or 0)
 
 
-def _bound(
-    build: Callable[P, Call[R]],
-) -> Callable[Concatenate[LeaseCalls, P], Call[R]]:
-    """Turn a :mod:`.calls` builder into a :class:`LeaseCalls` method (its call bound)."""
-
-    def method(lease_calls: LeaseCalls, /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
-        return lease_calls.bind(build(*args, **kwargs))
-
-    method.__name__ = method.__qualname__ = build.__name__
-    method.__doc__ = build.__doc__
-    return method
+def _deliveries(keys: Keyspace, message_id: int) -> Call[int]:
+    """Return how many times ``message_id`` has been reserved."""
+    key, field = keys.deliveries, format_id(int(message_id))
+    return Call(_count, command=lambda client: client.hget(key, field), idempotent=True)
 
 
-class LeaseCalls:
-    """The reservation operations of one namespace, each a typed call.
+class Reservations:
+    """The reservation operations of one namespace, each written once.
 
-    ``bind`` is applied to every call built here: the identity for
-    :class:`Leases` (which runs them), a binding to an asyncio runner for
-    :class:`~simplebroker_redis.aio.AsyncLeases` (whose callers await them).
+    Every operation builds one typed call and hands it to :meth:`finish`:
+    :class:`Leases` runs it, :class:`LeaseCalls` returns it.
+    """
+
+    keys: Keyspace
+
+    def finish(self, call: Call[Any]) -> Any:
+        """Return what an operation gives for ``call`` (see the subclasses)."""
+        raise NotImplementedError
+
+    reserve = _Operation.of(calls.reserve)
+    reserve_queues = _Operation.of(calls.reserve_queues)
+    ack = _Operation.of(_ack)
+    reject = _Operation.of(_reject)
+    commit = _Operation.of(_commit)
+    release = _Operation.of(calls.release)
+    renew = _Operation.of(calls.renew)
+    recover = _Operation.of(calls.recover)
+    dead_letters = _Operation.of(calls.dead_letters)
+    dead_letter_ack = _Operation.of(calls.dead_letter_ack)
+    deliveries = _Operation(_deliveries)
+
+
+class LeaseCalls(Reservations):
+    """The reservation operations of one namespace, each returning its typed call.
+
+    ``bind`` is applied to every call: the identity here, a binding to an
+    asyncio runner for :class:`~simplebroker_redis.aio.AsyncLeases` (whose
+    callers await the calls).
     """
 
     def __init__(self, keys: Keyspace) -> None:
@@ -83,65 +159,19 @@ class LeaseCalls:
         """Return ``call`` ready for this API's callers (unchanged here)."""
         return call
 
-    def ack(
-        self, token: str, ids: Iterable[int] | None = None, *, delete: bool = False
-    ) -> Call[Settlement]:
-        """Consume ``ids`` of a token (all when None): claimed, or deleted."""
-        return self.bind(calls.settle(token, "delete" if delete else "claim", "", ids))
-
-    def reject(self, token: str, ids: Iterable[int] | None, queue: str) -> Call[Settlement]:
-        """Move ``ids`` of a token (all when None) to ``queue``, pending, same IDs."""
-        validate_queue_name(queue)
-        return self.bind(calls.settle(token, "move", queue, ids))
-
-    def commit(self, token: str, mode: SettleMode = "claim") -> Call[Settlement]:
-        """Settle every ID of a token with ``mode`` ('move' uses its reserve target)."""
-        return self.bind(calls.settle(token, mode))
-
-    reserve = _bound(calls.reserve)
-    reserve_queues = _bound(calls.reserve_queues)
-    release = _bound(calls.release)
-    renew = _bound(calls.renew)
-    recover = _bound(calls.recover)
-    dead_letters = _bound(calls.dead_letters)
-    dead_letter_ack = _bound(calls.dead_letter_ack)
-
-    def deliveries(self, message_id: int) -> Call[int]:
-        """Return how many times ``message_id`` has been reserved."""
-        key, field = self.keys.deliveries, format_id(int(message_id))
-        read = Call(_count, command=lambda client: client.hget(key, field), idempotent=True)
-        return self.bind(read)
+    def finish(self, call: Call[Any]) -> Any:
+        """Return ``call``, bound (see :meth:`bind`)."""
+        return self.bind(call)
 
 
-def _ran(
-    build: Callable[Concatenate[LeaseCalls, P], Call[R]],
-) -> Callable[Concatenate[Leases, P], R]:
-    """Turn a :class:`LeaseCalls` builder into a :class:`Leases` method that runs it."""
-
-    def method(leases: Leases, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return leases.runner.run(build(leases.calls, *args, **kwargs))
-
-    method.__name__ = method.__qualname__ = build.__name__
-    method.__doc__ = build.__doc__
-    return method
-
-
-class Leases:
-    """Synchronous reservation API over a :class:`RedisRunner` (see :class:`LeaseCalls`)."""
+class Leases(Reservations):
+    """Synchronous reservation API over a :class:`RedisRunner` (see :class:`Reservations`)."""
 
     def __init__(self, runner: RedisRunner) -> None:
         self.runner = runner
-        self.calls = LeaseCalls(runner.keys)
+        self.keys = runner.keys
         runner.ensure_initialized()
 
-    reserve = _ran(LeaseCalls.reserve)
-    reserve_queues = _ran(LeaseCalls.reserve_queues)
-    ack = _ran(LeaseCalls.ack)
-    reject = _ran(LeaseCalls.reject)
-    commit = _ran(LeaseCalls.commit)
-    release = _ran(LeaseCalls.release)
-    renew = _ran(LeaseCalls.renew)
-    recover = _ran(LeaseCalls.recover)
-    dead_letters = _ran(LeaseCalls.dead_letters)
-    dead_letter_ack = _ran(LeaseCalls.dead_letter_ack)
-    deliveries = _ran(LeaseCalls.deliveries)
+    def finish(self, call: Call[Any]) -> Any:
+        """Run ``call`` (one round trip) and return its reply."""
+        return self.runner.run(call)

@@ -26,9 +26,24 @@ from simplebroker.project import resolve_broker_target
 
 from .aio.runner import AsyncRedisRunner
 from .calls import depths
-from .options import BackendOptions, redact_target
+from .integration import Target
+from .options import BackendOptions
 from .runner import RedisRunner
 from .types import QueueDepth, Snapshot, WorkerRecord
+
+__all__ = [
+    "DEAD_LETTER_SUFFIX",
+    "WORKER_STALE_SECONDS",
+    "NamespaceState",
+    "Target",
+    "TargetError",
+    "async_runner",
+    "combine",
+    "dead_letter_names",
+    "find_target",
+    "read_namespace",
+    "sync_runner",
+]
 
 #: The suffix of dead-letter queue names that both integrations' docs use
 #: (Taskiq's default ``<queue>.dead``; Celery's ``dead_letter_queue``).
@@ -40,20 +55,6 @@ WORKER_STALE_SECONDS: Final[float] = 30.0
 
 class TargetError(ValueError):
     """No usable server was named (the message says what to do)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where the tools connect: the target URL, its backend options, and why."""
-
-    target: str
-    options: dict[str, Any]
-    source: str  #: ``--target``, a config path, or ``BROKER_BACKEND``
-
-    def describe(self) -> str:
-        """Return the target for messages and pages, with any password replaced."""
-        namespace = self.options.get("namespace") or BackendOptions.parse(None).namespace
-        return f"{redact_target(self.target)} namespace={namespace!r}"
 
 
 def find_target(
@@ -94,24 +95,19 @@ def find_target(
                 f"{where} selects SimpleBroker backend {resolved.backend_name!r}, not 'redis'"
             )
         found = Target(resolved.target, {**resolved.backend_options, **(options or {})}, where)
-    if namespace is not None:
-        found.options["namespace"] = namespace
+    found = found.with_options({"namespace": namespace})
     BackendOptions.parse(found.options)  # refuse bad options before connecting
     return found
 
 
 def sync_runner(target: Target) -> RedisRunner:
     """Return a runner of ``target`` (``BROKER_BACKEND_PASSWORD`` from the environment)."""
-    return RedisRunner(
-        target.target, BackendOptions.parse(target.options), config=resolve_config(env=os.environ)
-    )
+    return target.runner()
 
 
 def async_runner(target: Target) -> AsyncRedisRunner:
     """Return an asyncio runner of ``target`` (one pool per event loop)."""
-    return AsyncRedisRunner(
-        target.target, BackendOptions.parse(target.options), config=resolve_config(env=os.environ)
-    )
+    return target.async_runner()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from .calls import worker_beat
+from .integration import LeaseTiming
 from .runner import RedisRunner
 
 #: Seconds between two records of a worker at least (a heartbeat renews
@@ -91,10 +92,9 @@ def notify(event: str, kind: str, count: int = 0) -> None:
             continue
 
 
-def worker_kind(thread_name: str) -> str:
-    """Return the framework a heartbeat belongs to, from its thread's name."""
-    head = thread_name.split("-", 1)[0]
-    return head if head in ("taskiq", "celery") else "simplebroker"
+def worker_kind(framework: str) -> str:
+    """Return the kind a worker's record shows for a heartbeat of ``framework``."""
+    return framework if framework in ("taskiq", "celery") else "simplebroker"
 
 
 class Presence:
@@ -103,8 +103,8 @@ class Presence:
     Args:
         runner: The heartbeat's runner.
         kind: ``taskiq``, ``celery`` or ``simplebroker``.
-        interval: Seconds between beats (shown, and sets the record's lifetime).
-        lease_seconds: The lease every renewal grants (shown).
+        timing: The heartbeat's: its interval (shown, and sets the record's
+            lifetime) and the lease every renewal grants (shown).
         describe: Returns more fields for the record (queues, say).
 
     """
@@ -114,20 +114,18 @@ class Presence:
         runner: RedisRunner,
         *,
         kind: str,
-        interval: float,
-        lease_seconds: float,
+        timing: LeaseTiming,
         describe: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._runner = runner
         self._describe = describe
         self.kind = kind
+        self.timing = timing
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
-        self.interval = interval
-        self.lease_seconds = lease_seconds
         self.started = time.time()
-        self.every = max(MIN_BEAT_SECONDS, interval)
+        self.every = max(MIN_BEAT_SECONDS, timing.heartbeat_seconds)
         self.ttl = TTL_BEATS * self.every
         self._next = 0.0  #: monotonic time of the next record
         self._sent: frozenset[str] = frozenset()  #: the tokens the last record listed
@@ -140,7 +138,7 @@ class Presence:
             "pid": self.pid,
             "started": round(self.started, 3),
             "interval": self.every,
-            "lease_seconds": self.lease_seconds,
+            "lease_seconds": self.timing.lease_seconds,
             "held": len(tokens),
             "tokens": tokens[:MAX_TOKENS],
             "renewals": renewals,

@@ -54,7 +54,7 @@ def test_a_path_or_sqlite_url_is_the_sqlite_backend(uri, path):
         ({"URI": "sqlite://x.db"}, "sqlite:///"),
         ({"URI": "/x.db", "NAMESPACE": "a"}, "only a Redis URI"),
         ({"URI": "redis://h:1/0", "LEASE_SECONDS": "10"}, "LEASE_SECONDS"),
-        ({"URI": "redis://h:1/0", "HEARTBEAT_SECONDS": 20}, "shorter than LEASE_SECONDS"),
+        ({"URI": "redis://h:1/0", "HEARTBEAT_SECONDS": 20}, "at most half of LEASE_SECONDS"),
         ({"URI": "redis://h:1/0", "MAX_DELIVERIES": -1}, "MAX_DELIVERIES"),
         ({"URI": "redis://h:1/0", "QUEUE_PREFIX": "a--b"}, "QUEUE_PREFIX"),
         ({"URI": "redis://h:1/0", "MAX_CONNECTIONS": 0}, "max_connections"),

@@ -106,7 +106,7 @@ class ResultAcks:
             if not self.holdings.holds(token):
                 return False
             self._entries[key] = False
-        self.holdings.settle(token)
+        self.holdings.let_go(token)
         return True
 
     def confirmed(self, token: str, message_id: int, settlement: Settlement) -> None:

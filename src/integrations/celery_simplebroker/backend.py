@@ -27,6 +27,7 @@ from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout, calls
+from simplebroker_redis.integration import Target
 from simplebroker_redis.types import CeleryStored
 
 from .acks import Ahead, ResultAcks, holder_of
@@ -34,7 +35,13 @@ from .chords import Chords
 from .consumer import ResultConsumer
 from .entries import decode_value, encode_value, wake_name
 from .envelope import parse_tag
-from .options import BACKEND_OPTIONS, make_runner, resolve_target, shown_url, warn_unknown_options
+from .options import (
+    BACKEND_OPTIONS,
+    resolve_target,
+    runner_options,
+    shown_url,
+    warn_unknown_options,
+)
 from .urls import check_app_urls
 
 logger = logging.getLogger("celery_simplebroker")
@@ -58,7 +65,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         super().__init__(app=app, url=url, **kwargs)
         options = self.app.conf.get("result_backend_transport_options") or {}
         check_app_urls(self.app)  # a producer may not have finalized its app yet
-        self.runner = make_runner(resolve_target(url), options)
+        self.runner = Target(resolve_target(url)).with_options(runner_options(options)).runner()
         warn_unknown_options("result_backend_transport_options", options, BACKEND_OPTIONS)
         self.consumer = ResultConsumer(self, self.runner)
         self.chords = Chords(self, self.runner)

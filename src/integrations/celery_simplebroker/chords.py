@@ -28,6 +28,7 @@ itself), as with Celery's Redis backend.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -76,14 +77,11 @@ class Chords:
     def __init__(self, backend: Any, runner: RedisRunner) -> None:
         self.backend = backend  # Celery's KeyValueStoreBackend: app, serializer, errbacks
         self.runner = runner
-        self._core: RedisBrokerCore | None = None
 
-    @property
+    @functools.cached_property
     def core(self) -> RedisBrokerCore:
         """Return the SimpleBroker connection that writes a chord's staged messages."""
-        if self._core is None:
-            self._core = RedisBrokerCore(self.runner)
-        return self._core
+        return RedisBrokerCore(self.runner)
 
     def _lifetime_ms(self) -> int:
         # result_chord_expires (Celery 5.7), else the results' own lifetime.
@@ -166,9 +164,7 @@ class Chords:
             return
         except Exception as exc:  # noqa: BLE001 - reported as the chord's error
             logger.exception("chord %r: joining its header failed", gid)
-            backend.chord_error_from_stack(
-                callback, _chord_error(f"Join error: {exc!r}", exc)
-            )
+            backend.chord_error_from_stack(callback, _chord_error(f"Join error: {exc!r}", exc))
             return
         publish = getattr(backend.app.amqp, "_retry_publish", None)
         try:
@@ -178,9 +174,7 @@ class Chords:
                 publish(callback.delay, values)
         except Exception as exc:  # noqa: BLE001 - reported as the chord's error
             logger.exception("chord %r: sending its body failed", gid)
-            backend.chord_error_from_stack(
-                callback, _chord_error(f"Callback error: {exc!r}", exc)
-            )
+            backend.chord_error_from_stack(callback, _chord_error(f"Callback error: {exc!r}", exc))
 
     def _header_values(self, gid: str, results: Iterable[tuple[str, str]]) -> list[Any]:
         """Return the body's argument: the header's results, in header order.

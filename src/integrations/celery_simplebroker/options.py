@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from simplebroker_redis import DEFAULT_NAMESPACE, RedisRunner
+from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
@@ -27,15 +27,6 @@ logger = logging.getLogger("celery_simplebroker")
 
 #: Environment variable naming the server when a URL names none.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
-
-#: Seconds a reservation lives without renewal: a dead worker's tasks return after it.
-DEFAULT_LEASE_SECONDS: Final[float] = 10.0
-
-#: Seconds between lease renewals of a worker's heartbeat thread.
-DEFAULT_HEARTBEAT_INTERVAL: Final[float] = 2.0
-
-#: Seconds between recovery passes over expired reservations (any worker's).
-DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
 
 #: Longest sleep of an idle worker between two reservations (wake-ups are hints).
 DEFAULT_IDLE_RECHECK: Final[float] = 10.0
@@ -189,32 +180,46 @@ def _optional_count(options: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
+_DEFAULT_TIMING: Final[LeaseTiming] = LeaseTiming()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TransportOptions:
-    """The transport's validated ``broker_transport_options``."""
+    """The transport's validated ``broker_transport_options``.
 
-    namespace: str = DEFAULT_NAMESPACE
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
-    recover_interval: float = DEFAULT_RECOVER_INTERVAL
+    The options of its runner (``namespace``, ``max_connections``,
+    ``pool_timeout`` and :data:`PASSED_OPTIONS`) are the backend's own,
+    checked where the runner is made (:func:`runner_options`).
+    """
+
+    lease_seconds: float = _DEFAULT_TIMING.lease_seconds
+    heartbeat_interval: float = _DEFAULT_TIMING.heartbeat_seconds
+    recover_interval: float = _DEFAULT_TIMING.recover_seconds
     idle_recheck: float = DEFAULT_IDLE_RECHECK
     reserve_batch: int = DEFAULT_RESERVE_BATCH
     max_deliveries: int | None = None
     dead_letter_queue: str | None = None
-    max_connections: int = 50
-    pool_timeout: float | None = None
     priorities: bool = True
     priority_order: Literal["amqp", "redis"] = "amqp"
+
+    @property
+    def timing(self) -> LeaseTiming:
+        """Return the lease, heartbeat and recovery timing of the transport's workers."""
+        return LeaseTiming(self.lease_seconds, self.heartbeat_interval, self.recover_interval)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> TransportOptions:
         """Validate Celery's ``broker_transport_options`` (unknown keys are ignored)."""
-        lease = _number(options, "lease_seconds", DEFAULT_LEASE_SECONDS)
-        heartbeat = _number(
-            options, "heartbeat_interval", min(DEFAULT_HEARTBEAT_INTERVAL, lease / 4)
-        )
-        if heartbeat > lease / 2:
-            raise ConfigurationError("heartbeat_interval must be at most half of lease_seconds")
+        try:
+            timing = lease_timing(
+                options.get("lease_seconds"),
+                options.get("heartbeat_interval"),
+                options.get("recover_interval"),
+            )
+        except TimingError as exc:
+            raise ConfigurationError(
+                f"transport option {exc.name!r} must be {exc.problem}"
+            ) from None
         dead_letter = options.get("dead_letter_queue")
         max_deliveries = _optional_count(options, "max_deliveries")
         if max_deliveries is not None and not dead_letter:
@@ -222,7 +227,6 @@ class TransportOptions:
         batch = options.get("reserve_batch", DEFAULT_RESERVE_BATCH)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ConfigurationError("transport option 'reserve_batch' must be an integer >= 1")
-        pool_timeout = options.get("pool_timeout")
         priorities = options.get("priorities", True)
         if not isinstance(priorities, bool):
             raise ConfigurationError("transport option 'priorities' must be True or False")
@@ -232,18 +236,13 @@ class TransportOptions:
                 "transport option 'priority_order' must be 'amqp' (9 first) or 'redis' (0 first)"
             )
         return cls(
-            namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
-            lease_seconds=lease,
-            heartbeat_interval=heartbeat,
-            recover_interval=_number(
-                options, "recover_interval", min(DEFAULT_RECOVER_INTERVAL, heartbeat)
-            ),
+            lease_seconds=timing.lease_seconds,
+            heartbeat_interval=timing.heartbeat_seconds,
+            recover_interval=timing.recover_seconds,
             idle_recheck=_number(options, "idle_recheck", DEFAULT_IDLE_RECHECK),
             reserve_batch=batch,
             max_deliveries=max_deliveries,
             dead_letter_queue=storage_queue(str(dead_letter)) if dead_letter else None,
-            max_connections=int(options.get("max_connections", 50)),
-            pool_timeout=None if pool_timeout is None else float(pool_timeout),
             priorities=priorities,
             priority_order=order,
         )
@@ -257,6 +256,14 @@ PASSED_OPTIONS: Final[tuple[str, ...]] = (
     "wait_timeout",
     "wait_aof",
     "sentinel_password",
+)
+
+#: Options of the runner, in the transport's and the result backend's options.
+RUNNER_OPTIONS: Final[tuple[str, ...]] = (
+    "namespace",
+    "max_connections",
+    "pool_timeout",
+    *PASSED_OPTIONS,
 )
 
 
@@ -275,19 +282,13 @@ KOMBU_OPTIONS: Final[tuple[str, ...]] = (
 #: Names this transport knows in ``broker_transport_options``.
 TRANSPORT_OPTIONS: Final[tuple[str, ...]] = (
     *(field.name for field in dataclasses.fields(TransportOptions)),
-    *PASSED_OPTIONS,
+    *RUNNER_OPTIONS,
     *KOMBU_OPTIONS,
 )
 
 #: Names the result backend knows in ``result_backend_transport_options``
 #: (``global_keyprefix`` is Celery's own: it prefixes the entries' keys).
-BACKEND_OPTIONS: Final[tuple[str, ...]] = (
-    "namespace",
-    "max_connections",
-    "pool_timeout",
-    *PASSED_OPTIONS,
-    "global_keyprefix",
-)
+BACKEND_OPTIONS: Final[tuple[str, ...]] = (*RUNNER_OPTIONS, "global_keyprefix")
 
 #: Options of Celery's Redis transport that a migrated configuration may
 #: still carry, and what stands in for them here.
@@ -336,20 +337,20 @@ def warn_unknown_options(setting: str, options: Mapping[str, Any], known: Iterab
         )
 
 
-def make_runner(target: str, options: Mapping[str, Any]) -> RedisRunner:
-    """Return a runner for ``target`` with the connection options of ``options``.
+def runner_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the backend options of a transport's or result backend's options.
 
-    Raises:
-        InvalidConfigError: A passed-through backend option is invalid
-            (SimpleBroker's error, naming the option).
-
+    See :data:`RUNNER_OPTIONS`; None stands for one not given (an empty
+    ``namespace`` too), which :meth:`~simplebroker_redis.integration.Target.with_options`
+    leaves at the backend's default. The backend checks them where the
+    runner is made (``Target.runner`` raises ``InvalidConfigError``,
+    naming the option).
     """
+    namespace, pool = options.get("namespace"), options.get("max_connections")
     timeout = options.get("pool_timeout")
-    passed = {name: options[name] for name in PASSED_OPTIONS if name in options}
-    return RedisRunner(
-        target,
-        namespace=str(options.get("namespace") or DEFAULT_NAMESPACE),
-        max_connections=int(options.get("max_connections", 50)),
-        pool_timeout=None if timeout is None else float(timeout),
-        **passed,
-    )
+    return {
+        "namespace": str(namespace) if namespace else None,
+        "max_connections": None if pool is None else int(pool),
+        "pool_timeout": None if timeout is None else float(timeout),
+        **{name: options[name] for name in PASSED_OPTIONS if name in options},
+    }

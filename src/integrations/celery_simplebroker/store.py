@@ -19,6 +19,7 @@ reservation reads them in :meth:`Store.levels` order.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from queue import Empty
@@ -26,17 +27,10 @@ from typing import Any, Final, cast
 
 from simplebroker import resolve_config
 
-from simplebroker_redis import (
-    LeasedMessage,
-    Leases,
-    RedisBrokerCore,
-    RedisRunner,
-    ReplicationTimeout,
-    calls,
-)
+from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels, priority_queue
-from simplebroker_redis.types import MultiLease
+from simplebroker_redis.types import LeasedMessage, MultiLease
 from simplebroker_redis.validation import validate_message
 
 from . import acks as acks_module
@@ -70,24 +64,18 @@ class Store:
         self.acks = ResultAcks(runner.identity, self.holdings)
         self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self._on_beat = on_beat
-        self._core: RedisBrokerCore | None = None
-        self._leases: Leases | None = None
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
 
-    @property
+    @functools.cached_property
     def core(self) -> RedisBrokerCore:
         """Return the SimpleBroker connection used for writes, broadcasts and claims."""
-        if self._core is None:
-            self._core = RedisBrokerCore(self.runner)
-        return self._core
+        return RedisBrokerCore(self.runner)
 
-    @property
+    @functools.cached_property
     def leases(self) -> Leases:
-        """Return the reservation API."""
-        if self._leases is None:
-            self._leases = Leases(self.runner)
-        return self._leases
+        """Return the reservation API (validates the namespace on first use)."""
+        return Leases(self.runner)
 
     # -- the heartbeat ----------------------------------------------------------------------
     @property
@@ -98,17 +86,12 @@ class Store:
     def start_heartbeat(self) -> None:
         """Renew what this process holds, and recover expired leases, from now on."""
         if self._heartbeat is None:
-            options = self.options
             self._heartbeat = LeaseHeartbeat(
                 self.runner,
                 self.holdings,
-                lease_seconds=options.lease_seconds,
-                interval=options.heartbeat_interval,
-                recover_interval=options.recover_interval,
-                on_lost=_lost,
+                self.options.timing,
+                framework="celery",
                 on_beat=self._on_beat,
-                logger=logger,
-                name="celery-simplebroker-heartbeat",
             )
         self._heartbeat.start()
 
@@ -298,7 +281,7 @@ class Store:
         if confirmed:
             return
         if confirmed is None:
-            self.holdings.settle(token)
+            self.holdings.let_go(token)
         try:
             settlement = self.leases.ack(token, [message_id], delete=True)
         except ReplicationTimeout as exc:
@@ -318,7 +301,7 @@ class Store:
             if not id_list:
                 continue
             if len(id_list) > unheld:  # before the server drops the token
-                self.holdings.settle(token, len(id_list) - unheld)
+                self.holdings.let_go(token, len(id_list) - unheld)
             try:
                 self.leases.release(token, id_list, undeliver=undeliver)
             except ReplicationTimeout:
@@ -342,15 +325,8 @@ class Store:
         if not left:
             return  # its result's script deleted it already
         if not unheld:
-            self.holdings.settle(token)  # before the server drops the token
+            self.holdings.let_go(token)  # before the server drops the token
         try:
             self.leases.reject(token, [message_id], target)
         except ReplicationTimeout as exc:  # moved on the primary, as for ack
             logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
-
-
-def _lost(tokens: set[str]) -> None:
-    # Called from the heartbeat thread.
-    logger.warning(
-        "%d reservation(s) expired before renewal; their messages may run again", len(tokens)
-    )

@@ -31,6 +31,8 @@ import redis
 from kombu.transport import virtual
 from simplebroker.ext import OperationalError
 
+from simplebroker_redis.integration import Target
+
 from . import acks
 from .bindings import Declarations
 from .channel import Channel
@@ -45,7 +47,7 @@ from .options import (
     TRANSPORT_OPTIONS,
     TransportOptions,
     client_target,
-    make_runner,
+    runner_options,
     shown_url,
     warn_unknown_options,
 )
@@ -88,7 +90,7 @@ class Transport(virtual.Transport):
         self.options = TransportOptions.parse(raw_options)
         warn_unknown_options("broker_transport_options", raw_options, TRANSPORT_OPTIONS)
         self.target = client_target(client)
-        self.runner = make_runner(self.target, raw_options)
+        self.runner = Target(self.target).with_options(runner_options(raw_options)).runner()
         self.declared = Declarations(self.runner)
         self.store = Store(self.runner, self.options, on_beat=self._refresh_bindings)
         self.poller = Poller(

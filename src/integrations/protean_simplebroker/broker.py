@@ -75,7 +75,7 @@ class SimpleBrokerBroker(BaseBroker):
         self._max_deliveries = self.settings.max_deliveries
         # Read by Protean's health report and its generic tests; informational.
         self._retry_delay = 0.0
-        self._message_timeout = self.settings.lease_seconds
+        self._message_timeout = self.settings.timing.lease_seconds
         self._enable_dlq = self._max_deliveries is not None
 
     def __repr__(self) -> str:

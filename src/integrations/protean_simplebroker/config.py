@@ -27,22 +27,13 @@ from protean.exceptions import ConfigurationError
 from simplebroker.ext import InvalidConfigError
 
 from simplebroker_redis import DEFAULT_NAMESPACE, BackendOptions
+from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import OPTION_NAMES, parse_target, redact_target
-from simplebroker_redis.validation import number_problem
 
 from .names import validate_prefix
 
 #: Default first component of every queue name.
 DEFAULT_PREFIX: Final[str] = "protean"
-
-#: Redis: seconds a reservation lives without renewal.
-DEFAULT_LEASE_SECONDS: Final[float] = 10.0
-
-#: Redis: seconds between lease renewals (own thread and connection).
-DEFAULT_HEARTBEAT_SECONDS: Final[float] = 2.0
-
-#: Seconds between passes that give back what dead consumers held.
-DEFAULT_RECOVER_SECONDS: Final[float] = 1.0
 
 #: Deliveries after which a message goes to its group's dead-letter queue.
 DEFAULT_MAX_DELIVERIES: Final[int] = 5
@@ -85,9 +76,8 @@ class Settings:
     prefix: str = DEFAULT_PREFIX
     namespace: str = DEFAULT_NAMESPACE
     backend_options: dict[str, Any] = field(default_factory=dict, repr=False)
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
-    recover_seconds: float = DEFAULT_RECOVER_SECONDS
+    #: LEASE_SECONDS, HEARTBEAT_SECONDS (Redis) and RECOVER_SECONDS
+    timing: LeaseTiming = field(default_factory=LeaseTiming)
     max_deliveries: int | None = DEFAULT_MAX_DELIVERIES
     copy_batch: int = DEFAULT_COPY_BATCH
 
@@ -96,12 +86,12 @@ def _bad(key: str, why: str) -> ConfigurationError:
     return ConfigurationError(f"simplebroker broker: {key} {why}")
 
 
-def _seconds(raw: Mapping[str, Any], key: str, default: float, *, positive: bool = True) -> float:
-    value = raw.get(key, default)
-    problem = number_problem(value, bound=0, side=">" if positive else ">=")
-    if problem is not None:
-        raise _bad(key, f"must be {problem} (seconds), not {value!r}")
-    return float(value)
+def _timing(raw: Mapping[str, Any]) -> LeaseTiming:
+    names = ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "RECOVER_SECONDS")
+    try:
+        return lease_timing(*(raw.get(name) for name in names), names=names)
+    except TimingError as exc:
+        raise _bad(exc.name, f"must be {exc.problem}, not {exc.value!r}") from None
 
 
 def _max_deliveries(raw: Mapping[str, Any]) -> int | None:
@@ -176,12 +166,6 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
     batch = raw.get("COPY_BATCH", DEFAULT_COPY_BATCH)
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
         raise _bad("COPY_BATCH", f"must be an integer from 1 to 10000, not {batch!r}")
-    lease = _seconds(raw, "LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
-    heartbeat = _seconds(raw, "HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS)
-    if heartbeat >= lease:
-        raise _bad(
-            "HEARTBEAT_SECONDS", f"({heartbeat}) must be shorter than LEASE_SECONDS ({lease})"
-        )
     return Settings(
         backend=backend,
         target=target,
@@ -189,9 +173,7 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
         prefix=prefix,
         namespace=str(options.get("namespace", DEFAULT_NAMESPACE)),
         backend_options=options,
-        lease_seconds=lease,
-        heartbeat_seconds=heartbeat,
-        recover_seconds=_seconds(raw, "RECOVER_SECONDS", DEFAULT_RECOVER_SECONDS),
+        timing=_timing(raw),
         max_deliveries=_max_deliveries(raw),
         copy_batch=batch,
     )

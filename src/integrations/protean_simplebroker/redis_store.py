@@ -20,6 +20,7 @@ step, so nothing polls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -27,10 +28,11 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import BackendOptions, Lease, Leases, RedisRunner, ReplicationTimeout, calls
+from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.integration import Target
 
 from .config import Settings
 from .names import Layout, Parsed
@@ -49,21 +51,10 @@ class RedisStore(Store):
 
     def __init__(self, settings: Settings, layout: Layout) -> None:
         super().__init__(settings, layout)
-        self.runner = RedisRunner(
-            settings.target, BackendOptions.parse(settings.backend_options), config=self.config
-        )
-        self._leases: Leases | None = None
+        self.runner = Target(settings.target, settings.backend_options).runner(self.config)
         self.holdings = Holdings()
         self.heartbeat = LeaseHeartbeat(
-            self.runner,
-            self.holdings,
-            lease_seconds=settings.lease_seconds,
-            interval=settings.heartbeat_seconds,
-            recover_interval=settings.recover_seconds,
-            on_lost=self._lost,
-            on_beat=self._report,
-            logger=logger,
-            name="protean-simplebroker-heartbeat",
+            self.runner, self.holdings, settings.timing, framework="protean", on_beat=self._report
         )
         self._waiters: dict[tuple[str, ...], QueueActivityWaiter] = {}
         self._reading: set[str] = set()  #: group queues reserved from (journal filter)
@@ -73,12 +64,10 @@ class RedisStore(Store):
     def _target(self) -> tuple[str | BrokerTarget, Any]:
         return self.runner.broker_target, self.runner
 
-    @property
+    @functools.cached_property
     def leases(self) -> Leases:
         """Return the reservation API (validates the namespace on first use)."""
-        if self._leases is None:
-            self._leases = Leases(self.runner)
-        return self._leases
+        return Leases(self.runner)
 
     # -- reservations ------------------------------------------------------------
     def reserve(
@@ -91,7 +80,7 @@ class RedisStore(Store):
             lease = self.leases.reserve(
                 queue,
                 limit,
-                self.settings.lease_seconds,
+                self.settings.timing.lease_seconds,
                 max_deliveries=most,
                 dead_letter=self.layout.dead(stream, group) if most else None,
             )
@@ -124,7 +113,7 @@ class RedisStore(Store):
         except ReplicationTimeout as exc:
             logger.warning("acknowledgement not confirmed by a replica: %s", exc)
             settled = 1
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return settled == 1
 
     def release(self, held: Held, *, counted: bool) -> bool:
@@ -134,14 +123,14 @@ class RedisStore(Store):
         except ReplicationTimeout as exc:
             logger.warning("hand-back not confirmed by a replica: %s", exc)
             done = 1
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return done == 1
 
     def _bury(self, held: Held) -> bool:
         """Move a held copy to the dead-letter queue (``Leases.reject``, one script)."""
         dead = self.layout.dead(held.stream, held.group)
         settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
-        self.holdings.settle(held.handle)
+        self.holdings.let_go(held.handle)
         return settled == 1
 
     def recover(self, stream: str, group: str) -> None:
@@ -151,7 +140,7 @@ class RedisStore(Store):
     def lock(self, stream: str, group: str, lock_id: int) -> Iterator[bool]:
         """Reserve the group's registration message as its copy lock."""
         lease = self.leases.reserve(
-            self.layout.at(stream, group), 1, self.settings.lease_seconds, exact=lock_id
+            self.layout.at(stream, group), 1, self.settings.timing.lease_seconds, exact=lock_id
         )
         if not lease.messages:
             yield False
@@ -161,7 +150,7 @@ class RedisStore(Store):
         try:
             yield True
         finally:
-            self.holdings.settle(lease.token)
+            self.holdings.let_go(lease.token)
             self._give_back(lease.token)
 
     def deliveries(self, copy_id: int, stream: str, group: str) -> int:
@@ -187,14 +176,7 @@ class RedisStore(Store):
         for token in self.holdings.drop(self.holdings.tokens()):
             self._give_back(token)
 
-    # -- heartbeat callbacks ---------------------------------------------------------
-    def _lost(self, tokens: set[str]) -> None:
-        logger.warning(
-            "%d reservation(s) expired before renewal and were recovered elsewhere: "
-            "their messages may be handled again",
-            len(tokens),
-        )
-
+    # -- the heartbeat's callback -------------------------------------------------------
     def _report(self) -> None:
         """Log each dead letter of the groups read here once (journal entries acked)."""
         now = time.monotonic()
@@ -238,7 +220,10 @@ class RedisStore(Store):
 
     def details(self) -> dict[str, Any]:
         """Return the backend kind, target (redacted) and namespace."""
-        return {"namespace": self.settings.namespace, "lease_seconds": self.settings.lease_seconds}
+        return {
+            "namespace": self.settings.namespace,
+            "lease_seconds": self.settings.timing.lease_seconds,
+        }
 
     def close(self) -> None:
         """Stop the heartbeat, hand back what is held, close waiters and pools."""

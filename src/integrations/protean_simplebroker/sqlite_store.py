@@ -150,7 +150,7 @@ class SqliteStore(Store):
         now = time.monotonic()
         if now < self._recovered.get(key, 0.0):
             return
-        self._recovered[key] = now + self.settings.recover_seconds
+        self._recovered[key] = now + self.settings.timing.recover_seconds
         mine = self.liveness.token()
         for queue in self.conn.list_queues(prefix=self.layout.held_prefix(stream, group)):
             parsed = self.layout.parse(queue)

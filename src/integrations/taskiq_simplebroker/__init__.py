@@ -10,7 +10,7 @@ and dead-letter tasks that were delivered too often or rejected. See
 
 from importlib.metadata import version as _version
 
-from .broker import DEFAULT_QUEUE, SimpleBrokerTaskiqBroker
+from .broker import SimpleBrokerTaskiqBroker
 from .codec import decode_body, encode_body
 from .connection import URL_ENV
 from .errors import (
@@ -23,6 +23,7 @@ from .errors import (
     SimpleBrokerTaskiqError,
 )
 from .result_backend import SimpleBrokerResultBackend
+from .routing import DEFAULT_QUEUE
 from .schedule_source import SimpleBrokerScheduleSource
 
 #: Version of the distribution (``simplebroker-redis``) this package ships in.

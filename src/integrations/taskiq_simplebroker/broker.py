@@ -20,59 +20,28 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.types import DeadLetterEntry
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
 from .codec import encode_body
-from .connection import URL_ENV, close_runner, make_runner, pool_size, resolve_url
+from .connection import close_runner, make_runner, pool_size
 from .deadletters import report_dead_letter
 from .errors import ConfigurationError, LabelError, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
-from .routing import DEFAULT_QUEUE, label_queue, listened_queues, sources
+from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 
 logger = logging.getLogger("taskiq_simplebroker")
 
-# URL_ENV, resolve_url, make_runner and close_runner live in .connection;
-# they stay importable from here for code written against earlier versions.
-__all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "DEFAULT_PREFETCH",
-    "DEFAULT_QUEUE",
-    "URL_ENV",
-    "SimpleBrokerTaskiqBroker",
-    "close_runner",
-    "delay_seconds",
-    "make_runner",
-    "resolve_url",
-]
-
-
 #: Most tasks one listener holds at once (reserved and not yet acknowledged).
 DEFAULT_PREFETCH: Final[int] = 20
 
-#: Seconds a reservation lives without renewal (a dead worker's tasks return after it).
-DEFAULT_LEASE_SECONDS: Final[float] = 10.0
-
-#: Seconds between lease renewals of the heartbeat thread.
-DEFAULT_HEARTBEAT_INTERVAL: Final[float] = 2.0
-
-#: Seconds between recovery passes (releasing a dead worker's expired leases).
-#: A killed worker's tasks run again within lease + this (11 s by default).
-DEFAULT_RECOVER_INTERVAL: Final[float] = 1.0
-
 #: Deliveries after which a task that never finished goes to the dead-letter queue.
 DEFAULT_MAX_DELIVERIES: Final[int] = 5
-
-
-def _number(name: str, value: object, *, minimum: float = 0.0) -> float:
-    problem = number_problem(value, bound=minimum, side=">")
-    if problem is not None:
-        raise ConfigurationError(f"{name} must be {problem}")
-    return float(value)  # type: ignore[arg-type] # a number, checked above
 
 
 def _count(name: str, value: object) -> int:
@@ -116,10 +85,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         prefetch: Most tasks a worker reserves ahead of Taskiq (fetched, not
             yet handed to it); also the most it reserves in one round trip.
             How many run at once is ``taskiq worker --max-async-tasks``.
-        lease_seconds: Lifetime of a reservation without renewal.
-        heartbeat_interval: Seconds between renewals; at most half the lease.
+        lease_seconds: Lifetime of a reservation without renewal (default 10).
+        heartbeat_interval: Seconds between renewals; at most half the
+            lease (default a quarter of it, at most 2).
         recover_interval: Seconds between recovery passes for expired leases
-            (default 1; at most ``heartbeat_interval``).
+            (default ``heartbeat_interval``, at most 1). A killed worker's
+            tasks run again within the lease and this (11 s by default).
         max_deliveries: Deliveries after which an unfinished task goes to the
             dead-letter queue, with an error result saying so (None:
             redeliver forever).
@@ -145,6 +116,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self,
         url: str | None = None,
         *,
+        # Its connection keywords (runner, namespace, the pool, wait_*,
+        # sentinel_password, **connection_kwargs) are declared again, typed, by
+        # the result backend and the schedule source for the ones they take;
+        # make_runner reads them all in one place.
         runner: AsyncRedisRunner | None = None,
         queue: str | None = None,
         queue_name: str | None = None,
@@ -153,7 +128,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         namespace: str | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_interval: float | None = None,
         recover_interval: float | None = None,
         max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
         dead_letter_queue: str | None = None,
@@ -170,19 +145,14 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         **connection_kwargs: Any,
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        self.runner = make_runner(
-            url,
-            runner,
-            namespace,
-            pool_size(max_connections, max_connection_pool_size),
-            connection_options=connection_kwargs,
-            backend_options={
-                "wait_replicas": wait_replicas,
-                "wait_timeout": wait_timeout,
-                "wait_aof": wait_aof,
-                "sentinel_password": sentinel_password,
-            },
-        )
+        pool = pool_size(max_connections, max_connection_pool_size)
+        durability = {
+            "wait_replicas": wait_replicas,
+            "wait_timeout": wait_timeout,
+            "wait_aof": wait_aof,
+            "sentinel_password": sentinel_password,
+        }
+        self.runner = make_runner(url, runner, namespace, pool, {**durability, **connection_kwargs})
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
@@ -191,16 +161,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         #: One runner per shard (``[runner]`` unsharded); see :mod:`.shards`.
         self.shard_runners = shard_runners(self.runner, self.shards)
         self.prefetch = _count("prefetch", prefetch)
-        self.lease_seconds = _number("lease_seconds", lease_seconds)
-        self.heartbeat_interval = _number("heartbeat_interval", heartbeat_interval)
-        if self.heartbeat_interval > self.lease_seconds / 2:
-            raise ConfigurationError("heartbeat_interval must be at most half of lease_seconds")
-        self.recover_interval = _number(
-            "recover_interval",
-            min(DEFAULT_RECOVER_INTERVAL, self.heartbeat_interval)
-            if recover_interval is None
-            else recover_interval,
-        )
+        try:
+            self.timing = lease_timing(lease_seconds, heartbeat_interval, recover_interval)
+        except TimingError as exc:
+            raise ConfigurationError(str(exc)) from None
         self.max_deliveries = (
             None if max_deliveries is None else _count("max_deliveries", max_deliveries)
         )
@@ -300,7 +264,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 sources=self.sources,
                 name=self._description(),
                 prefetch=prefetch,
-                lease_seconds=self.lease_seconds,
+                lease_seconds=self.timing.lease_seconds,
                 max_deliveries=self.max_deliveries,
                 ready=self._until_checked,
             ).messages()
@@ -341,9 +305,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         runtimes = self._runtimes = [
             Runtime(
                 shard,
-                lease_seconds=self.lease_seconds,
-                heartbeat_interval=self.heartbeat_interval,
-                recover_interval=self.recover_interval,
+                timing=self.timing,
                 dead_letter_queue=self.dead_letter_queue,
                 sources=self.sources,
                 max_deliveries=self.max_deliveries,

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
@@ -33,9 +32,10 @@ from simplebroker import Config, resolve_config
 from simplebroker.ext import BrokerError
 from simplebroker.project import resolve_broker_target
 
-from simplebroker_redis import DEFAULT_NAMESPACE
 from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis.integration import Target
 from simplebroker_redis.options import (
+    DEFAULT_MAX_CONNECTIONS,
     OPTION_NAMES,
     QUERY_OPTIONS,
     TLS_QUERY_OPTIONS,
@@ -50,15 +50,20 @@ logger = logging.getLogger("taskiq_simplebroker")
 #: Environment variable naming the server when no ``url`` is given.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
 
-#: Connection pool size of a runner made from a URL.
-DEFAULT_MAX_CONNECTIONS: Final[int] = 50
-
 #: redis-py connection options accepted as extra keyword arguments (as
 #: taskiq-redis passes ``**connection_kwargs``). They travel in the URL's
 #: query string, which redis-py reads for every pool and Pub/Sub connection
 #: of the runner (the README's TLS options use the same route): exactly the
 #: options the target grammar accepts in a query.
 URL_OPTIONS: Final[frozenset[str]] = frozenset(QUERY_OPTIONS) | frozenset(TLS_QUERY_OPTIONS)
+
+#: Keywords of the broker and the result backend that are ``[backend_options]``.
+BACKEND_KEYWORDS: Final[tuple[str, ...]] = (
+    "wait_replicas",
+    "wait_timeout",
+    "wait_aof",
+    "sentinel_password",
+)
 
 #: Options the URL's user part carries (redacted wherever the URL is shown).
 _USER_OPTIONS: Final[frozenset[str]] = frozenset({"username", "password"})
@@ -75,28 +80,7 @@ _OWN_OPTIONS: Final[dict[str, str]] = {
 }
 
 
-#: ``[backend_options]`` a runner made here takes from the project (or the
-#: class): all but the two the classes own as keywords of their own.
-_PASSED_OPTIONS: Final[tuple[str, ...]] = tuple(
-    name for name in OPTION_NAMES if name not in ("namespace", "max_connections")
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Server:
-    """Where a new runner connects, and where that was decided."""
-
-    target: str
-    options: dict[str, Any] = field(default_factory=dict)  #: ``[backend_options]``
-    source: str = "url"  #: ``url``, ``$SIMPLEBROKER_REDIS_URL`` or a config path
-
-
-def resolve_url(url: str | None) -> str:
-    """Return the target URL for ``url`` (see :func:`choose_server` for None)."""
-    return choose_server(url).target
-
-
-def choose_server(url: str | None) -> Server:
+def choose_server(url: str | None) -> Target:
     """Return the server of ``url``, else of the environment or the project config.
 
     Raises:
@@ -105,10 +89,10 @@ def choose_server(url: str | None) -> Server:
 
     """
     if url is not None:
-        return Server(url)
+        return Target(url)
     env = os.environ.get(URL_ENV)
     if env:
-        return Server(env, source=f"${URL_ENV}")
+        return Target(env, source=f"${URL_ENV}")
     here = Path.cwd()
     try:
         target = resolve_broker_target(here, config=environment_config())
@@ -126,7 +110,12 @@ def choose_server(url: str | None) -> Server:
             f"{where} selects SimpleBroker backend {target.backend_name!r}; the Taskiq "
             'integration needs backend = "redis"'
         )
-    return Server(target.target, dict(target.backend_options), where)
+    options = {
+        name: target.backend_options[name]
+        for name in OPTION_NAMES
+        if name in target.backend_options
+    }
+    return Target(target.target, options, where)
 
 
 def environment_config() -> Config:
@@ -196,17 +185,24 @@ def make_runner(
     runner: AsyncRedisRunner | None,
     namespace: str | None,
     max_connections: int | None,
+    keywords: Mapping[str, Any],
     *,
-    connection_options: Mapping[str, Any] | None = None,
     default_max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    backend_options: Mapping[str, Any] | None = None,
+    backend_keywords: Iterable[str] = BACKEND_KEYWORDS,
 ) -> AsyncRedisRunner:
     """Return ``runner``, or a new one for the chosen server (see the module docstring).
 
-    ``backend_options`` (``wait_replicas``, ``wait_timeout``, ``wait_aof``,
-    ``sentinel_password``; None values ignored) override the project's.
+    Every Taskiq class makes its runner here. ``keywords`` are its
+    connection keywords (a None value: not given): the backend options
+    named in ``backend_keywords``, over the project's, and redis-py
+    connection options (:data:`URL_OPTIONS`).
     """
-    given = {name: value for name, value in (backend_options or {}).items() if value is not None}
+    connection_options = {name: value for name, value in keywords.items() if value is not None}
+    given = {
+        name: connection_options.pop(name)
+        for name in backend_keywords
+        if name in connection_options
+    }
     if runner is not None:
         if url is not None:
             raise ConfigurationError("pass url or runner, not both")
@@ -224,22 +220,13 @@ def make_runner(
         parse_target(server.target)
     except InvalidTarget as exc:
         raise ConfigurationError(f"{server.source}: {exc}") from None
-    options = dict(server.options)
-    if namespace is not None:
-        options["namespace"] = namespace
-    if max_connections is not None:
-        options["max_connections"] = max_connections
-    options.update(given)
-    extra = {name: options[name] for name in _PASSED_OPTIONS if name in options}
-    target = with_connection_options(server.target, connection_options or {})
+    target = with_connection_options(server.target, connection_options)
+    defaults = {"max_connections": default_max_connections, **server.options}
+    made = Target(target, defaults, server.source).with_options(
+        {"namespace": namespace, "max_connections": max_connections, **given}
+    )
     try:
-        return AsyncRedisRunner(
-            target,
-            namespace=options.get("namespace", DEFAULT_NAMESPACE),
-            max_connections=options.get("max_connections", default_max_connections),
-            config=environment_config(),
-            **extra,
-        )
+        return made.async_runner(environment_config())
     except (BrokerError, ValueError) as exc:
         raise ConfigurationError(f"{server.source}: {exc}") from exc
 

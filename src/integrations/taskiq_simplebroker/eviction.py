@@ -17,6 +17,7 @@ with a log line.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from simplebroker_redis.aio import AsyncRedisRunner
@@ -26,34 +27,32 @@ from .errors import EvictionPolicyError, is_transient
 logger = logging.getLogger("taskiq_simplebroker")
 
 
+async def _ask(runner: AsyncRedisRunner, command: Callable[[Any], Any]) -> Any:
+    """Return the reply of a read-only ``command``, or the error it raised unless transient."""
+    try:
+        return await runner.execute(command, idempotent=True)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        return exc
+
+
 async def read_policy(runner: AsyncRedisRunner) -> str | None:
     """Return the server's ``maxmemory-policy``, or None when it cannot be read.
 
     Transient failures (server unreachable) propagate.
     """
-    try:
-        info: dict[str, Any] = await runner.execute(
-            lambda client: client.info("memory"), idempotent=True
-        )
-    except Exception as exc:
-        if is_transient(exc):
-            raise
-        logger.debug("INFO memory failed at %s: %s", runner.where, exc)
-        info = {}
-    policy = info.get("maxmemory_policy")
-    if policy:
-        return str(policy)
-    try:
-        config: dict[Any, Any] = await runner.execute(
-            lambda client: client.config_get("maxmemory-policy"), idempotent=True
-        )
-    except Exception as exc:
-        if is_transient(exc):
-            raise
+    info = await _ask(runner, lambda client: client.info("memory"))
+    if isinstance(info, Exception):
+        logger.debug("INFO memory failed at %s: %s", runner.where, info)
+    elif info.get("maxmemory_policy"):
+        return str(info["maxmemory_policy"])
+    config = await _ask(runner, lambda client: client.config_get("maxmemory-policy"))
+    if isinstance(config, Exception):
         logger.info(
             "cannot read maxmemory-policy at %s (%s); make sure it is noeviction or volatile-*",
             runner.where,
-            exc,
+            config,
         )
         return None
     value = config.get("maxmemory-policy")

@@ -304,8 +304,8 @@ class TaskListener:
             self.queue,
             dead,
         )
-        self.window.settle(message.id)
-        self.runtime.holdings.settle(token)
+        self.window.done(message.id)
+        self.runtime.holdings.let_go(token)
         self.runtime.committer.submit((), token, message.id, dead)
 
     async def _close(self) -> None:

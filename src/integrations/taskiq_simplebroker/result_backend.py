@@ -54,28 +54,22 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
     """Results and progress of Taskiq tasks, stored in a SimpleBroker namespace.
 
     Args:
-        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``, else the
-            project's ``.broker.toml``; see :mod:`.connection`). ``redis_url``
-            is accepted too (taskiq-redis).
-        runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
-            to share, typically ``broker.runner``.
-        namespace: SimpleBroker namespace of the keys.
+        url, runner, namespace, max_connections, max_connection_pool_size,
+            allow_eviction: As for the broker
+            (:class:`~.broker.SimpleBrokerTaskiqBroker`); typically
+            ``runner=broker.runner``. ``redis_url`` is taskiq-redis's name
+            for ``url``.
         keep_results: False: a result is consumed (deleted, with its
             progress) by the first ``get_result``, atomically.
         result_ex_time: Expire results and progress after this many seconds.
         result_px_time: ... or milliseconds (at most one of the two; neither
             keeps them until read or deleted).
         serializer: A Taskiq serializer; default: pydantic's JSON.
-        max_connections: Size of the connection pool (when ``url`` is used);
-            ``max_connection_pool_size`` is accepted too.
-        allow_eviction: Start even if the server's ``maxmemory-policy`` is
-            ``allkeys-*`` (it may evict results and queued tasks).
         shards: The broker's ``shards``: results live in the shard of their
             task ID (see :mod:`.shards`).
-        wait_replicas, wait_timeout, wait_aof, sentinel_password: backend
-            options, as for the broker (when ``url`` is used).
-        connection_kwargs: redis-py connection options (see
-            :data:`.connection.URL_OPTIONS`).
+        connection_kwargs: As for the broker: ``wait_replicas``,
+            ``wait_timeout``, ``wait_aof``, ``sentinel_password`` and
+            redis-py connection options, for a runner made from ``url``.
 
     """
 
@@ -83,6 +77,8 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         self,
         url: str | None = None,
         *,
+        # The broker's connection keywords that this class takes, declared again
+        # (typed) as the broker declares them; make_runner reads them all.
         runner: AsyncRedisRunner | None = None,
         namespace: str | None = None,
         keep_results: bool = True,
@@ -94,28 +90,14 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         allow_eviction: bool = False,
         redis_url: str | None = None,
         shards: int = 1,
-        wait_replicas: int | None = None,
-        wait_timeout: float | None = None,
-        wait_aof: bool | None = None,
-        sentinel_password: str | None = None,
         **connection_kwargs: Any,
     ) -> None:
         if url is not None and redis_url is not None:
             raise ConfigurationError("pass url or redis_url, not both")
         self._owns_runner = runner is None
-        self.runner = make_runner(
-            url if redis_url is None else redis_url,
-            runner,
-            namespace,
-            pool_size(max_connections, max_connection_pool_size),
-            connection_options=connection_kwargs,
-            backend_options={
-                "wait_replicas": wait_replicas,
-                "wait_timeout": wait_timeout,
-                "wait_aof": wait_aof,
-                "sentinel_password": sentinel_password,
-            },
-        )
+        pool = pool_size(max_connections, max_connection_pool_size)
+        url = url if redis_url is None else redis_url
+        self.runner = make_runner(url, runner, namespace, pool, connection_kwargs)
         self.shards = check_shards(shards)
         self._shard_runners = shard_runners(self.runner, self.shards)
         self._runtimes: dict[str, Runtime] = {}  #: by shard namespace
@@ -194,7 +176,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         return model.model_validate(self.serializer.loadb(decode_body(text)))
 
     @staticmethod
-    async def _settled(runtime: Runtime | None, key: str) -> None:
+    async def _until_written(runtime: Runtime | None, key: str) -> None:
         if runtime is not None:
             await runtime.written(key)
 
@@ -238,7 +220,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """Return whether a result of ``task_id`` is stored."""
         runner, runtime = self._shard(task_id)
         key = runner.keys.result_key(task_id)
-        await self._settled(runtime, key)
+        await self._until_written(runtime, key)
         return bool(await runner.execute(lambda client: client.exists(key), idempotent=True))
 
     async def get_result(self, task_id: str, with_logs: bool = False) -> TaskiqResult[_ReturnType]:
@@ -250,7 +232,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         """
         runner, runtime = self._shard(task_id)
         key = runner.keys.result_key(task_id)
-        await self._settled(runtime, key)
+        await self._until_written(runtime, key)
         if self.keep_results:
             raw = await runner.execute(lambda client: client.get(key), idempotent=True)
         else:

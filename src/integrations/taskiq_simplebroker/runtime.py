@@ -34,6 +34,7 @@ from typing import Any
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.integration import LeaseTiming
 from simplebroker_redis.priorities import priority_queue
 from simplebroker_redis.types import DeadLetterEntry
 
@@ -52,7 +53,7 @@ class _Mark:
 
 
 class PrefetchWindow:
-    """The messages one listener holds: reserved ahead, running, not yet settled.
+    """The messages one listener holds: reserved ahead, running, not yet acknowledged.
 
     ``size`` bounds the messages reserved *ahead* of Taskiq (fetched, not yet
     handed to it), so it is the size of a reservation; how many run at once
@@ -61,12 +62,12 @@ class PrefetchWindow:
 
     A message on its last allowed delivery is held *alone*: nothing more is
     reserved while it is held, and it is yielded only once every other
-    message of the listener is settled (see :mod:`.listener`).
+    message of the listener is acknowledged (see :mod:`.listener`).
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.used = 0  #: held messages: buffered, running, not yet settled
+        self.used = 0  #: held messages: buffered, running, not yet acknowledged
         self.alone: int | None = None  #: ID of the message held alone, if any
         self._freed = asyncio.Event()
 
@@ -84,8 +85,8 @@ class PrefetchWindow:
         self.used -= count
         self._freed.set()
 
-    def settle(self, message_id: int) -> None:
-        """Account for one settled message."""
+    def done(self, message_id: int) -> None:
+        """Account for one message the listener is done with (acknowledged or dead-lettered)."""
         if message_id == self.alone:
             self.alone = None
         self.free()
@@ -112,9 +113,7 @@ class Runtime:
         self,
         runner: AsyncRedisRunner,
         *,
-        lease_seconds: float,
-        heartbeat_interval: float,
-        recover_interval: float,
+        timing: LeaseTiming,
         dead_letter_queue: str,
         sources: Sequence[tuple[str, str]],
         max_deliveries: int | None,
@@ -136,12 +135,8 @@ class Runtime:
         self.heartbeat = LeaseHeartbeat(
             runner.sync,
             self.holdings,
-            lease_seconds=lease_seconds,
-            interval=heartbeat_interval,
-            recover_interval=recover_interval,
-            on_lost=self._lost,
-            logger=logger,
-            name="taskiq-simplebroker-heartbeat",
+            timing,
+            framework="taskiq",
             describe=lambda: {"queues": listened},
         )
         self._marks: weakref.WeakKeyDictionary[asyncio.Task[Any], _Mark] = (
@@ -190,8 +185,8 @@ class Runtime:
         """
         task = asyncio.current_task()
         mark = self._marks.pop(task, None) if task is not None else None
-        window.settle(message_id)
-        self.holdings.settle(token)
+        window.done(message_id)
+        self.holdings.let_go(token)
         if mark is None:
             await self.committer.submit((), token, message_id)
         else:
@@ -246,7 +241,7 @@ class Runtime:
         """Make held messages pending again at once; return how many."""
         released = 0
         for token, ids in batches:
-            self.holdings.settle(token, len(ids))
+            self.holdings.let_go(token, len(ids))
             try:
                 released += await self.leases.release(token, ids, undeliver=undeliver)
             except ReplicationTimeout as exc:  # done on the primary, not on a replica yet
@@ -277,11 +272,3 @@ class Runtime:
                 # A task on its last delivery handed back above was
                 # dead-lettered: report it before the watch stops.
                 await self.watch.close(final_check=bool(held))
-
-    def _lost(self, tokens: set[str]) -> None:
-        # Called from the heartbeat thread.
-        logger.warning(
-            "%d reservation(s) expired while this worker held them (was it paused?); "
-            "their tasks may run again elsewhere",
-            len(tokens),
-        )

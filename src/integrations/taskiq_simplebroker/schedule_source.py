@@ -122,17 +122,13 @@ class SimpleBrokerScheduleSource(ScheduleSource):
     """Stores Taskiq schedules in a SimpleBroker namespace; each due run is sent once.
 
     Args:
-        url: Server URL (default ``$SIMPLEBROKER_REDIS_URL``, else the
-            project's ``.broker.toml``; see :mod:`.connection`).
-        runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
-            to share, typically ``broker.runner``.
-        namespace: SimpleBroker namespace of the schedules.
+        url, runner, namespace, max_connections, max_connection_pool_size,
+            connection_kwargs: As for the broker
+            (:class:`~.broker.SimpleBrokerTaskiqBroker`), but a pool made
+            here has 10 connections by default and takes no durability
+            options (``wait_*``); typically ``runner=broker.runner``.
         claim_seconds: How long a claimed run may stay unsent (its scheduler
             died) before another scheduler sends it.
-        max_connections: Size of the connection pool (when ``url`` is used;
-            default 10); ``max_connection_pool_size`` is accepted too.
-        connection_kwargs: redis-py connection options (see
-            :data:`.connection.URL_OPTIONS`).
 
     """
 
@@ -140,6 +136,8 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         self,
         url: str | None = None,
         *,
+        # The broker's connection keywords that this class takes, declared again
+        # (typed) as the broker declares them; make_runner reads them all.
         runner: AsyncRedisRunner | None = None,
         namespace: str | None = None,
         claim_seconds: float = DEFAULT_CLAIM_SECONDS,
@@ -152,13 +150,15 @@ class SimpleBrokerScheduleSource(ScheduleSource):
             raise ConfigurationError(f"claim_seconds must be {problem}")
         self.claim_seconds = float(claim_seconds)
         self._owns_runner = runner is None
+        pool = pool_size(max_connections, max_connection_pool_size)
         self.runner = make_runner(
             url,
             runner,
             namespace,
-            pool_size(max_connections, max_connection_pool_size),
-            connection_options=connection_kwargs,
+            pool,
+            connection_kwargs,
             default_max_connections=DEFAULT_MAX_CONNECTIONS,
+            backend_keywords=(),
         )
         self._lost: dict[str, LostRun] = {}  #: lost runs listed last, by their schedule_id
         self._claims: dict[str, _Claim] = {}  #: claimed runs not confirmed yet
