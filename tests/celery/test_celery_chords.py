@@ -170,3 +170,28 @@ def test_error_callbacks_of_a_failed_chord_are_committed_with_the_mark(app, core
     assert raw.get(claim) == "done"
     rows = core.peek_many("bodies", 100, with_timestamps=False)
     assert [json.loads(row)["headers"]["task"] for row in rows] == ["on_chord_error"]
+
+
+def test_a_frozen_chord_applied_again_counts_an_entry_finished_before_its_size(
+    app, core, raw: redis.Redis
+):
+    """A second run's first entry can finish before Celery sends the last one.
+
+    Celery calls ``apply_chord`` before it sends the header and
+    ``set_chord_size`` just before the last task: a fast worker finishes the
+    first entry in between. That entry must count for the new run, not be
+    taken for a late copy of the previous run's (whose ``done`` mark the
+    group ID shares).
+    """
+    requests, chord = make_chord(app, 2)
+    gid = requests[0].group
+    header = (gid, [app.AsyncResult(request.id) for request in requests])
+    for run in (1, 2):
+        app.backend.apply_chord(header, None)  # Celery, before sending the header
+        finish(app, requests[0])  # the first entry runs before the last is sent
+        app.backend.set_chord_size(gid, 2)  # Celery, as it sends the last one
+        finish(app, requests[1])
+        assert bodies(core) == [[["k0", "k1"]]] * run
+    finish(app, requests[0])  # a late copy of the second run's entry
+    assert bodies(core) == [[["k0", "k1"]]] * 2
+    assert raw.get(core.runner.keys.celery_chord(chord)[1]) == "done"

@@ -2,11 +2,12 @@
 
 The bookkeeping follows Celery's Redis backend, in three scripts:
 
-- ``celery_chord_size.lua``: ``set_chord_size()``, which Celery calls as it
-  sends the header's last task, stores how many entries complete the chord
-  (a group at the tail of a chain in the header counts each of its tasks;
-  ``add_to_chord()`` adds one more, ``celery_chord_add.lua``). It also
-  starts a new run: a frozen chord applied again reuses its group ID.
+- ``celery_chord_size.lua``: ``apply_chord()``, which Celery calls before
+  it sends the header, starts a new run (a frozen chord applied again
+  reuses its group ID); ``set_chord_size()``, called as the header's last
+  task is sent, stores how many entries complete the chord (a group at the
+  tail of a chain in the header counts each of its tasks; ``add_to_chord()``
+  adds one more, ``celery_chord_add.lua``).
 - ``celery_chord_part.lua``: each finished header entry stores its result
   under ``"<task id>:<header index>"`` (a task that ran twice counts once)
   and, once the stored entries reach the size, hands the right to dispatch
@@ -92,13 +93,23 @@ class Chords:
         return str(bytes_to_str(self.backend.get_key_for_chord(group_id)))
 
     def apply_chord(self, header_result_args: Any, body: Any, **kwargs: Any) -> None:
-        """Save the header's ``GroupResult`` when it holds groups (to join it in that shape).
+        """Start a run of the chord; save the header's ``GroupResult`` when it holds groups.
 
-        A header of plain tasks is not saved: the body gets their results from
-        the chord's entries. A header given as a generator is never unrolled
-        here, so its tasks are sent as it yields them (Celery's #3021).
+        Celery calls this before it sends the header's first task. A frozen
+        chord applied again reuses its group ID: the previous run's ``done``
+        mark goes now, not at ``set_chord_size`` (the last task's send), or
+        an entry finished before that would be taken for a repeated one of
+        the previous run and never counted. A header of plain tasks is not
+        saved: the body gets their results from the chord's entries. A
+        header given as a generator is never unrolled here, so its tasks are
+        sent as it yields them (Celery's #3021).
         """
         self.backend.ensure_chords_allowed()
+        group_id = header_result_args[0]
+        start = calls.celery_chord_size(
+            self.runner.keys, self._chord_key(group_id), None, self._lifetime_ms()
+        )
+        self.runner.run(start)
         if isinstance(header_result_args[1], _regen):
             return
         header = self.backend.app.GroupResult(*header_result_args)

@@ -66,9 +66,12 @@ def _chord_size(size: int) -> int:
     return size
 
 
-def celery_chord_size(keys: Keyspace, chord: str, size: int, lifetime_ms: int) -> Call[int]:
-    """``celery_chord_size.lua``: ``chord`` completes after ``size`` entries; a new run."""
-    args = (_chord_size(size), _lifetime(lifetime_ms))
+def celery_chord_size(keys: Keyspace, chord: str, size: int | None, lifetime_ms: int) -> Call[int]:
+    """``celery_chord_size.lua``: a new run of ``chord``, complete after ``size`` entries.
+
+    ``size`` None only starts the run (the size comes later).
+    """
+    args = ("" if size is None else _chord_size(size), _lifetime(lifetime_ms))
     return Call(int, "celery_chord_size", args, extra_keys=keys.celery_chord(chord))
 
 
