@@ -3,9 +3,7 @@
 A move is a claim that files the message under a target queue instead of
 deleting it, so both run through :meth:`RetrievalMixin._take` (no target:
 a claim). The public signatures are SimpleBroker's ``BrokerConnection``
-protocol, which gives claims, moves and peeks the same keyword options: their
-parameter lists repeat on purpose, and each body only checks its own
-arguments and hands the rest to the shared implementation.
+protocol (see the comment above ``claim_one``).
 """
 
 from __future__ import annotations
@@ -110,6 +108,11 @@ class RetrievalMixin(BatchesMixin):
         """Return the selected messages, unchanged."""
         validate_queue_name(queue)
         return self._run(calls.peek(queue, include_claimed=include_claimed, **select(**options)))
+
+    # The public methods below keep the signatures of SimpleBroker's
+    # BrokerConnection protocol word for word. Claims, moves and peeks take the
+    # same options there, so their parameter lists repeat (the one repetition
+    # left in core/); the bodies only check their own arguments and delegate.
 
     # -- claim ---------------------------------------------------------------
     def claim_one(
