@@ -6,13 +6,17 @@ fixture built on it) is then a single server, a 3-primary Redis Cluster with
 one replica each, or a Sentinel group (one primary, one replica, three
 sentinels). The cluster and the group start on first use and live for the
 session; tests must not break them (the topology suite has its own).
+
+Every suite also gets private servers a test may stop or kill
+(``make_server``), child processes killed at the end of the test
+(``children``), and the contract fixtures of ``support/contract.py``.
+Helpers shared by the suites are in ``tests/support/``.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +24,13 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from simplebroker_redis import RedisRunner, redis_backend_plugin
+from simplebroker_redis import RedisRunner
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevCluster, DevSentinelGroup, DevServer
+from support.contract import backend_kind, open_core, sb  # noqa: F401 - fixtures for every test
+from support.namespaces import fresh_namespace
+from support.processes import Children
 
 #: Topologies a module runs on unless it sets ``TOPOLOGIES``.
 DEFAULT_TOPOLOGIES = ("single",)
@@ -110,9 +117,8 @@ def raw(redis_url: str, topology: str, request: pytest.FixtureRequest) -> Iterat
 @pytest.fixture
 def namespace(redis_url: str) -> Iterator[str]:
     """A fresh namespace, removed after the test."""
-    ns = f"t-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    yield ns
-    redis_backend_plugin.cleanup_target(redis_url, backend_options={"namespace": ns})
+    with fresh_namespace(redis_url) as name:
+        yield name
 
 
 @pytest.fixture
@@ -143,5 +149,32 @@ def options(namespace: str) -> dict[str, object]:
     return {"namespace": namespace}
 
 
-# Backend-parametrized contract fixtures (``sb``, ``open_core``, ``backend_kind``).
-from helpers import backend_kind, open_core, sb  # noqa: E402,F401 - fixtures re-exported for pytest
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
+    """Factory: start a private server (own port and data dir); all stopped after the test.
+
+    ``make_server(name, appendonly=..., extra_args=[...], port=...)``; the
+    same ``name`` reuses the data directory, so a restart reloads its files.
+    A test may stop, kill, pause or reconfigure these servers.
+    """
+    servers: list[DevServer] = []
+
+    def factory(name: str = "srv", **kwargs: Any) -> DevServer:
+        server = DevServer(data_dir=str(tmp_path / name), **kwargs)
+        servers.append(server)
+        return server.start()
+
+    yield factory
+    for server in servers:
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 - teardown must stop every server
+            pass
+
+
+@pytest.fixture
+def children(tmp_path: Path) -> Iterator[Children]:
+    """Start child processes (workers, schedulers); every one is killed at the end of the test."""
+    started = Children(tmp_path)
+    yield started
+    started.kill_all()

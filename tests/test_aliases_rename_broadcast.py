@@ -9,8 +9,8 @@ import pytest
 from simplebroker.ext import MessageError, QueueNameError
 from simplebroker.metadata import QueueRenameResult
 
-from helpers import members, stored, without_meta
 from simplebroker_redis.keys import Keyspace
+from support.state import members, stored, without_meta
 
 # -- aliases ----------------------------------------------------------------------------
 

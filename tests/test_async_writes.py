@@ -11,10 +11,10 @@ import time
 import pytest
 from simplebroker.ext import DataError, MessageError, QueueNameError
 
-from helpers import record_scripts
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
+from support.recording import record_scripts
 
 
 async def test_concurrent_writes_share_round_trips_and_keep_their_order(arunner, broker):

@@ -12,10 +12,10 @@ import pytest
 from simplebroker import BrokerTarget, Queue, QueueStats, open_broker, target_for_directory
 from simplebroker.ext import SidecarUnavailableError
 
-from helpers import stored
 from simplebroker_redis import redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
+from support.state import stored
 
 BROKER = str(Path(sys.executable).with_name("broker"))
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from helpers import body_map, members, stored, without_meta
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
+from support.state import body_map, members, stored, without_meta
 
 COUNTER_MASK = (1 << 12) - 1
 

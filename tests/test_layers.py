@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "devserver._node": 0,
     "devserver._cluster": 0,
     "devserver._sentinel": 0,
+    "devserver._topology": 0,
     "devserver.__main__": 0,
     # 1: connection construction
     "connection": 1,
@@ -93,6 +94,7 @@ LAYERS: dict[str, int] = {
     "core._batches": 4,
     "core._queues": 4,
     "core._aliases": 4,
+    "core._selection": 4,
     # 5: plugin and public facades
     "plugin": 5,
     "metrics": 5,

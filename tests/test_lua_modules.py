@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from simplebroker.ext import OperationalError
 
-from faults.luakeys import tokenize
 from simplebroker_redis import scripts
 from simplebroker_redis.calls import Call
 from simplebroker_redis.errors import SCRIPT_ERRORS, script_error, translate
 from simplebroker_redis.keys import FIXED_KEYS, ID_WIDTH, MAGIC, MAX_ID, SCHEMA_VERSION, Keyspace
+from support.luakeys import tokenize
 
 LUA = Path(scripts.__file__).parent / "lua"
 MODULES = sorted(path.stem for path in (LUA / "lib").glob("*.lua"))

@@ -8,9 +8,9 @@ import pytest
 from simplebroker.ext import OperationalError, QueueNameError, SidecarUnavailableError
 from simplebroker.metadata import QueueStats
 
-from helpers import stored, without_meta
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
+from support.state import stored, without_meta
 
 #: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
 TOPOLOGIES = ("single", "cluster", "sentinel")

@@ -8,7 +8,6 @@ import time
 import pytest
 from simplebroker.ext import DataError, OperationalError
 
-from helpers import stored
 from simplebroker_redis import (
     Leases,
     RedisRunner,
@@ -21,6 +20,7 @@ from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.types import DeadLetterAck, Lease, MultiLease, ValueWrite
+from support.state import stored
 
 #: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
 TOPOLOGIES = ("single", "cluster", "sentinel")

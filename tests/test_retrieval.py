@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from simplebroker.ext import QueueNameError
 
-from helpers import members, stored, without_meta
 from simplebroker_redis.keys import Keyspace
+from support.state import members, stored, without_meta
 
 #: Run on a single server, a Redis Cluster and a Sentinel group (conftest.py).
 TOPOLOGIES = ("single", "cluster", "sentinel")

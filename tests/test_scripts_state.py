@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from helpers import body_map, members, stored, without_meta
 from simplebroker_redis import RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.scripts import SCRIPT_NAMES, function_name, library_name, script_source
+from support.state import body_map, members, stored, without_meta
 
 OPERATIONS = {
     "write": lambda b: b.write("q", "x"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from simplebroker.ext import IntegrityError, MessageError, QueueNameError
 
-from helpers import body_map, members, stored, without_meta
 from simplebroker_redis import Leases, ReservationConflict
 from simplebroker_redis.keys import Keyspace
+from support.state import body_map, members, stored, without_meta
 
 
 def _assert_untouched(sb, high_water: int = 0) -> None:

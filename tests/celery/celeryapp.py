@@ -1,11 +1,12 @@
 """The Celery app of the integration tests (imported by workers and by the tests).
 
 Configured from the environment a test gives its worker processes:
-``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (file the
-tasks and signals append events to), ``CELERY_LEASE`` (lease seconds),
-``CELERY_ACKS_LATE`` (``0``: Celery's default, acknowledge when a task starts),
-``CELERY_BEAT`` (seconds between the ``record beat`` tasks of a beat schedule),
-``CELERY_CONF`` (JSON: more Celery settings, applied last).
+``SIMPLEBROKER_REDIS_URL``, ``CELERY_NS`` (namespace), ``CELERY_LOG`` (the
+event log, ``support.eventlog``, that tasks and signals note events in),
+``CELERY_LEASE`` (lease seconds), ``CELERY_ACKS_LATE`` (``0``: Celery's
+default, acknowledge when a task starts), ``CELERY_BEAT`` (seconds between
+the ``record beat`` tasks of a beat schedule), ``CELERY_CONF`` (JSON: more
+Celery settings, applied last).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from celery import Celery, signals
 
 import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
+from support.eventlog import note
 
 
 def make_app(
@@ -49,16 +51,6 @@ def make_app(
     )
     register_tasks(app, log)
     return app
-
-
-def note(log: str, *words: object) -> None:
-    """Append one event line (one write with O_APPEND: lines never interleave)."""
-    line = " ".join(str(word) for word in (time.time(), os.getpid(), *words)) + "\n"
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per function

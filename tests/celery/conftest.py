@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cehelpers import PYTHONPATH, CeleryWorker
 
-from simplebroker_redis.devserver import DevServer
+from support.eventlog import read_events
+from support.processes import Children, Process, pythonpath
+
+#: Worker processes import the test app (celeryapp.py) from this directory.
+HERE = Path(__file__).resolve().parent
 
 #: Options that make a test worker start fast: no startup sync with other workers.
 FAST = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
@@ -49,7 +53,7 @@ def celery_env(celery_url: str, namespace: str, events: Path, lease: float) -> d
     """Environment of ``celery`` processes running celeryapp.py on this test's server."""
     return {
         **os.environ,
-        "PYTHONPATH": PYTHONPATH,
+        "PYTHONPATH": pythonpath(HERE),
         "SIMPLEBROKER_REDIS_URL": celery_url,
         "CELERY_NS": namespace,
         "CELERY_LOG": str(events),
@@ -59,10 +63,16 @@ def celery_env(celery_url: str, namespace: str, events: Path, lease: float) -> d
 
 @pytest.fixture
 def start_worker(
-    celery_env: dict[str, str], events: Path, tmp_path: Path
-) -> Iterator[Callable[..., CeleryWorker]]:
-    """Start ``celery worker`` processes (``-P solo`` by default); all are killed afterwards."""
-    started: list[CeleryWorker] = []
+    celery_env: dict[str, str], events: Path, children: Children
+) -> Callable[..., Process]:
+    """Start ``celery worker`` processes (``-P solo`` by default); all are killed afterwards.
+
+    A worker is ready once its ``worker_ready`` signal's line is in the event
+    log (never a fixed sleep); ``ready=False`` returns without waiting.
+    """
+
+    def logged_ready(worker: Process) -> bool:
+        return any(event.pid == worker.pid for event in read_events(events, "ready"))
 
     def start(
         name: str,
@@ -74,32 +84,12 @@ def start_worker(
         ready: bool = True,
         acks_late: bool = True,
         env: dict[str, str] | None = None,
-    ) -> CeleryWorker:
+    ) -> Process:
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h", "-Q", queues]
         args += ["--loglevel", "INFO", *(FAST if fast else []), *extra]
         own = {**celery_env, "CELERY_ACKS_LATE": "1" if acks_late else "0", **(env or {})}
-        worker = CeleryWorker(name, args, own, tmp_path / f"{name}-{len(started)}.out")
-        started.append(worker)
-        return worker.wait_ready(events) if ready else worker
+        command = [sys.executable, "-m", "celery", "-A", "celeryapp", *args]
+        worker = children.start(name, command, own, ready=logged_ready)
+        return worker.wait_ready() if ready else worker
 
-    yield start
-    for worker in started:
-        worker.kill()
-
-
-@pytest.fixture
-def make_server(tmp_path: Path) -> Iterator[Callable[..., DevServer]]:
-    """Factory of private servers a test may stop and restart (same name: same data dir)."""
-    servers: list[DevServer] = []
-
-    def factory(name: str = "srv", **kwargs: Any) -> DevServer:
-        server = DevServer(data_dir=str(tmp_path / name), **kwargs)
-        servers.append(server)
-        return server.start()
-
-    yield factory
-    for server in servers:
-        try:
-            server.stop()
-        except Exception:  # noqa: BLE001 - teardown must stop every server
-            pass
+    return start

@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 import redis
-from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from faults.exercise import exercise_celery
 from simplebroker_redis import RedisBrokerCore, RedisRunner, scripts
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "celery.md"
 

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
+
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 
 def si(app: Any, name: str, *args: Any) -> Any:

@@ -8,9 +8,10 @@ import signal
 import time
 
 import pytest
-from cehelpers import read_events, wait_for
 
 from simplebroker_redis import RedisBrokerCore, RedisRunner
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

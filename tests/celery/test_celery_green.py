@@ -14,8 +14,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from cehelpers import read_events, wait_for
 from celery import chord
+
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 
 def starts(events, pid: int | None = None) -> dict[str, float]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from cehelpers import read_events, wait_for
 from celery import chain, chord, group
+
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 #: Run on the shared cluster and Sentinel group only (tests/conftest.py).
 TOPOLOGIES = ("cluster", "sentinel")

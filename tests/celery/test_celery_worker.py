@@ -9,12 +9,13 @@ import time
 import warnings
 
 import pytest
-from cehelpers import read_events, wait_for
 from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from celery_simplebroker import storage_queue
 from simplebroker_redis import RedisRunner
+from support.eventlog import read_events
+from support.waiting import wait_for
 
 
 def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, namespace):

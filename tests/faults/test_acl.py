@@ -19,9 +19,10 @@ from simplebroker.ext import OperationalError
 
 from simplebroker_redis import RedisRunner, redis_backend_plugin, scripts
 from simplebroker_redis.core import RedisBrokerCore
+from support.state import snapshot
 
 from .exercise import exercise
-from .support import broker_cli, snapshot, texts_of, write_project
+from .faulthelpers import broker_cli, texts_of, write_project
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -37,8 +37,8 @@ from simplebroker_redis import Leases, RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.namespace import cleanup
-
-from .support import check_invariants, snapshot
+from support.invariants import check_invariants
+from support.state import snapshot
 
 LIMIT = 64  #: BROKER_MAX_MESSAGE_SIZE for the property tests (bytes)
 SMALL = resolve_config(override={"BROKER_MAX_MESSAGE_SIZE": LIMIT, "BROKER_AUTO_VACUUM": 0})

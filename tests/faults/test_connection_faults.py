@@ -35,8 +35,11 @@ from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.namespace import cleanup
 from simplebroker_redis.runner import direct
+from support.invariants import canonical, check_invariants
+from support.state import snapshot
+from support.waiting import wait_for
 
-from .support import backend_connections, canonical, check_invariants, snapshot, wait_until
+from .faulthelpers import backend_connections
 
 NO_MAINTENANCE = resolve_config(override={"BROKER_AUTO_VACUUM": 0})
 
@@ -223,7 +226,7 @@ def test_connection_killed_before_the_script_runs(name, worlds, module_raw):
     module_raw.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
     try:
         thread, outcome = _run_in_thread(lambda: OPERATIONS[name](world))
-        wait_until(
+        wait_for(
             lambda: any(
                 c["id"] == connection and "b" in c["flags"] for c in backend_connections(module_raw)
             ),
@@ -337,7 +340,7 @@ def test_pool_exhaustion_is_a_retryable_error_within_pool_timeout(module_server,
     core = RedisBrokerCore(runner, config=NO_MAINTENANCE, owns_runner=True)
     core.write("jobs", "before")
     holders = _hold_connections(runner, 2, 3)
-    wait_until(lambda: _blocked_pops(module_raw) == 2, 10, what="both connections held")
+    wait_for(lambda: _blocked_pops(module_raw) == 2, 10, what="both connections held")
     try:
         for operation in (lambda: core.write("jobs", "x"), lambda: core.peek_many("jobs", 5)):
             started = time.monotonic()

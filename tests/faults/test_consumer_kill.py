@@ -36,8 +36,10 @@ from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.namespace import cleanup
+from support.invariants import check_invariants
+from support.waiting import wait_for
 
-from .support import backend_connections, check_invariants, wait_until
+from .faulthelpers import backend_connections
 
 #: Lease of a generator batch in these tests (seconds).
 STALE = 0.3
@@ -120,7 +122,7 @@ def _kill(trial: Trial, raw: redis.Redis) -> None:
     assert process.exitcode == -signal.SIGKILL
     # Once the server has dropped the dead consumer's connection it has run
     # every command it will ever run for it.
-    wait_until(
+    wait_for(
         lambda: not backend_connections(raw, process.pid),
         timeout=10,
         what="the server to drop the killed consumer's connection",

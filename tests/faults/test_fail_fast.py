@@ -30,8 +30,9 @@ from simplebroker import BrokerTarget, Queue
 from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
 from simplebroker_redis.devserver import DevServer, free_port
 from simplebroker_redis.options import ACCEPTED_FORMS
+from support.processes import pythonpath
 
-from .support import QUOTED, SECRET, assert_secret_free, broker_cli, write_project
+from .faulthelpers import QUOTED, SECRET, assert_secret_free, broker_cli, write_project
 
 #: Seconds an in-process operation may take to report a refusal. SimpleBroker's
 #: retry sleeps 2 s, then 4 s, so retrying takes at least 6; the margin is for
@@ -164,7 +165,7 @@ def _celery_worker_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
         **env,
-        "PYTHONPATH": os.pathsep.join([str(CELERY_TESTS), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": pythonpath(CELERY_TESTS),
         "CELERY_NS": "failfast",
         "CELERY_LOG": str(tmp_path / "events.log"),
     }

@@ -25,7 +25,7 @@ from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port
 
-from .support import QUOTED, SECRET, assert_secret_free, broker_cli, texts_of, write_project
+from .faulthelpers import QUOTED, SECRET, assert_secret_free, broker_cli, texts_of, write_project
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
+from support.invariants import check_invariants
+from support.waiting import wait_for
 
-from .conftest import ServerFactory
-from .support import check_invariants, wait_until
-from .workers import events, start_worker, stop_group
+from .workers import events, start_worker
 
 NO_MAINTENANCE = resolve_config(override={"BROKER_AUTO_VACUUM": 0})
 AOF_ALWAYS = {"appendonly": True, "extra_args": ["--appendfsync", "always"]}
@@ -41,7 +41,7 @@ def _core(url: str, namespace: str = "durable") -> RedisBrokerCore:
 
 
 def _restart(
-    make_server: ServerFactory, old: DevServer, *, crash: bool, **kwargs: Any
+    make_server: Callable[..., DevServer], old: DevServer, *, crash: bool, **kwargs: Any
 ) -> DevServer:
     if crash:
         old.kill()
@@ -126,7 +126,7 @@ def test_aof_keeps_every_acknowledged_change(make_server, fsync, crash):
     survivor.write("jobs", "before the load")
     load = Load(server.url)
     load.start()
-    wait_until(lambda: len(load.written) >= 200 and load.claimed and load.acked, 60, what="load")
+    wait_for(lambda: len(load.written) >= 200 and load.claimed and load.acked, 60, what="load")
     server = _restart(make_server, server, crash=crash, **aof)
     load.join()
 
@@ -183,7 +183,7 @@ def test_rdb_snapshots_lose_what_came_after_the_last_snapshot_on_a_crash(make_se
     kept = core.write("jobs", "snapshotted")
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     raw.bgsave()
-    wait_until(lambda: raw.info("persistence")["rdb_bgsave_in_progress"] == 0, 30)
+    wait_for(lambda: raw.info("persistence")["rdb_bgsave_in_progress"] == 0, 30)
     later = core.write("jobs", "after the snapshot")
     raw.close()
     server = _restart(make_server, server, crash=crash, **rdb)
@@ -222,7 +222,7 @@ def test_queue_watcher_carries_on_after_the_server_restarts(make_server):
             received.append(body)
             arrived.notify_all()
 
-    def wait_for(count: int) -> None:
+    def wait_received(count: int) -> None:
         with arrived:
             assert arrived.wait_for(lambda: len(received) >= count, 20), received
 
@@ -231,14 +231,14 @@ def test_queue_watcher_carries_on_after_the_server_restarts(make_server):
     thread = watcher.run_in_thread()
     try:
         writer.write("jobs", "before")
-        wait_for(1)
+        wait_received(1)
         server.stop(remove_data=False)
         # The watcher's drains fail meanwhile; SimpleBroker's QueueWatcher
         # gives up after three failed attempts (about 6 s), see the report.
         time.sleep(3.0)
         server = make_server("srv", port=server.port, **AOF_ALWAYS)
         writer.write("jobs", "after")
-        wait_for(2)
+        wait_received(2)
         assert received == ["before", "after"]
         assert thread.is_alive()
     finally:
@@ -268,7 +268,7 @@ async def test_taskiq_worker_carries_on_after_a_long_server_outage(make_server, 
     async def done(key: str) -> None:
         deadline = time.monotonic() + 30
         while ("done", key) not in {(e, k) for e, k, _ in events(log)}:
-            assert worker.poll() is None, "the worker exited"
+            assert worker.alive(), "the worker exited"
             assert time.monotonic() < deadline, f"{key} was not done"
             await asyncio.sleep(0.05)
 
@@ -282,6 +282,6 @@ async def test_taskiq_worker_carries_on_after_a_long_server_outage(make_server, 
         await kick("after")
         await done("after")
         assert len({pid for _, _, pid in events(log)}) == 1, "the worker process was replaced"
-        assert worker.poll() is None
+        assert worker.alive()
     finally:
-        stop_group(worker)
+        worker.stop(10)

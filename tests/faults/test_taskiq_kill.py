@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -26,9 +24,12 @@ import pytest
 import redis
 
 from simplebroker_redis.keys import Keyspace
+from support.invariants import check_invariants
+from support.processes import Process
+from support.waiting import wait_for
 
-from .support import backend_connections, check_invariants, wait_until
-from .workers import events, start_worker, stop_group
+from .faulthelpers import backend_connections
+from .workers import events, start_worker
 
 TRIALS = 8
 TASKS = 24
@@ -42,14 +43,14 @@ class Trial:
     log: Path
     namespace: str = field(default_factory=lambda: f"tqkill-{uuid.uuid4().hex[:10]}")
     in_flight: set[str] = field(default_factory=set)
-    victim: subprocess.Popen[bytes] | None = None
+    victim: Process | None = None
     victim_pids: set[int] = field(default_factory=set)
-    survivor: subprocess.Popen[bytes] | None = None
+    survivor: Process | None = None
 
     def events(self) -> list[tuple[str, str, int]]:
         return events(self.log)
 
-    def start(self, url: str, name: str) -> subprocess.Popen[bytes]:
+    def start(self, url: str, name: str) -> Process:
         return start_worker(url, self.namespace, self.log, self.log.with_suffix(f".{name}.out"))
 
 
@@ -113,9 +114,9 @@ async def _run(url: str, trial: Trial, raw: redis.Redis, rng: random.Random) -> 
                 await asyncio.sleep(0.005)
             await asyncio.sleep(rng.uniform(0.0, 0.05))
     trial.victim_pids = _group(pgid)
-    stop_group(trial.victim, signal.SIGKILL)
+    trial.victim.kill()
     await asyncio.to_thread(
-        wait_until,
+        wait_for,
         lambda: not any(backend_connections(raw, pid) for pid in trial.victim_pids),
         10,
         what="the server to drop the victim's connections",
@@ -132,7 +133,7 @@ async def _run(url: str, trial: Trial, raw: redis.Redis, rng: random.Random) -> 
     ):
         assert time.monotonic() < deadline, "the survivor did not finish the queue"
         await asyncio.sleep(0.05)
-    stop_group(trial.survivor, signal.SIGTERM)
+    trial.survivor.stop(10)
 
 
 @pytest.fixture
@@ -140,8 +141,9 @@ def trials(tmp_path: Path, raw: redis.Redis) -> list[Trial]:
     made = [Trial(n, tmp_path / f"trial{n}.log") for n in range(TRIALS)]
     yield made
     for trial in made:
-        stop_group(trial.victim, signal.SIGKILL)
-        stop_group(trial.survivor, signal.SIGKILL)
+        for process in (trial.victim, trial.survivor):
+            if process is not None:
+                process.kill()
         for key in raw.scan_iter(match=Keyspace.for_namespace(trial.namespace).scan_pattern):
             raw.delete(key)
 

@@ -22,7 +22,7 @@ from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, TlsFiles, free_port
 
 from .exercise import exercise, exercise_celery
-from .support import (
+from .faulthelpers import (
     QUOTED,
     assert_secret_free,
     broker_cli,

@@ -36,7 +36,7 @@ from simplebroker_redis.keys import Keyspace
 from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
 
 from .exercise import exercise
-from .support import QUOTED, SECRET, assert_secret_free, texts_of, watch_backend_ports
+from .faulthelpers import QUOTED, SECRET, assert_secret_free, texts_of, watch_backend_ports
 
 #: The two TLS topologies, as test parameters (not TOPOLOGIES: tests/conftest.py reads that).
 TLS_KINDS = ("cluster", "sentinel")

@@ -1,15 +1,16 @@
 """The Taskiq app test_taskiq_kill.py runs under ``taskiq worker`` (set up by environment).
 
-``FAULTS_NAMESPACE`` picks the trial's namespace, ``FAULTS_LOG`` the file a
-task appends ``start``/``done`` lines to before and after its work.
+``FAULTS_NAMESPACE`` picks the trial's namespace, ``FAULTS_LOG`` the event
+log (``support.eventlog``) a task notes ``start`` and ``done`` in, before
+and after its work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
+from support.eventlog import note
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 
 #: Queue of the trial's tasks.
@@ -24,18 +25,13 @@ broker = SimpleBrokerTaskiqBroker(
     max_deliveries=None,
 )
 
-LOG = Path(os.environ.get("FAULTS_LOG", os.devnull))
-
-
-def _log(event: str, key: str) -> None:
-    with LOG.open("a", encoding="utf-8") as out:  # O_APPEND: whole lines across processes
-        out.write(f"{event} {key} {os.getpid()}\n")
+LOG = os.environ.get("FAULTS_LOG", os.devnull)
 
 
 @broker.task(task_name="faults:work")
 async def work(key: str, seconds: float) -> str:
     """Log the start, work for ``seconds``, log the end."""
-    _log("start", key)
+    note(LOG, "start", key)
     await asyncio.sleep(seconds)
-    _log("done", key)
+    note(LOG, "done", key)
     return key

@@ -22,77 +22,69 @@ from opshelpers import (
     PYTHONPATH,
     Ops,
     chromium_path,
-    free_port,
     start_dashboard,
-    wait_for,
     worker_record,
 )
 
-from simplebroker_redis import redis_backend_plugin
+from simplebroker_redis.devserver import free_port
+from support.namespaces import fresh_namespace
+from support.processes import Children
+from support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
 def ops(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
     """A namespace of its own, its files, and the processes started on it."""
-    namespace = f"ops-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     folder = tmp_path_factory.mktemp("ops")
     (folder / "metrics").mkdir()
-    env = {
-        **os.environ,
-        "PYTHONPATH": PYTHONPATH,
-        "SIMPLEBROKER_REDIS_URL": server.url,
-        "OPS_NS": namespace,
-        "OPS_LOG": str(folder / "events.log"),
-        "OPS_SPANS": str(folder / "spans.jsonl"),
-        "OPS_MARKER": str(folder / "marker"),
-        "OPS_METRICS_DIR": str(folder / "metrics"),
-        "PROMETHEUS_MULTIPROC_DIR": str(folder / "metrics"),
-    }
-    state = Ops(server.url, namespace, folder, env, [])
-    try:
-        yield state
-    finally:
-        for process in state.processes:
-            process.stop()
-        redis_backend_plugin.cleanup_target(server.url, backend_options={"namespace": namespace})
+    with fresh_namespace(server.url, "ops") as namespace:
+        env = {
+            **os.environ,
+            "PYTHONPATH": PYTHONPATH,
+            "SIMPLEBROKER_REDIS_URL": server.url,
+            "OPS_NS": namespace,
+            "OPS_LOG": str(folder / "events.log"),
+            "OPS_SPANS": str(folder / "spans.jsonl"),
+            "OPS_MARKER": str(folder / "marker"),
+            "OPS_METRICS_DIR": str(folder / "metrics"),
+            "PROMETHEUS_MULTIPROC_DIR": str(folder / "metrics"),
+        }
+        state = Ops(server.url, namespace, folder, env, Children(folder))
+        try:
+            yield state
+        finally:
+            state.children.stop_all()
+
+
+def _beating(ops: Ops, kind: str, args: list[str]) -> dict[str, Any]:
+    """Start the ``kind`` worker (metrics on a free port); return its heartbeat record."""
+    port = free_port()
+    metrics = {f"OPS_{kind.upper()}_METRICS_PORT": str(port)}
+    process = ops.start(kind, args, OPS_WORKER=kind, **metrics)
+    record = wait_for(
+        lambda: worker_record(ops.url, ops.namespace, kind) or not process.alive(),
+        60,
+        f"the {kind} worker's heartbeat",
+    )
+    assert process.alive(), process.output()
+    assert isinstance(record, dict)
+    return {**record, "metrics_port": port, "process": process}
 
 
 @pytest.fixture(scope="module")
 def taskiq_worker(ops: Ops) -> dict[str, Any]:
     """``taskiq worker opsapps:broker`` with the metrics and tracing middlewares."""
-    port = free_port()
-    process = ops.start(
-        "taskiq",
-        [sys.executable, "-m", "taskiq", "worker", "opsapps:broker", "--workers", "1"],
-        OPS_WORKER="taskiq",
-        OPS_TASKIQ_METRICS_PORT=str(port),
-    )
-    record = wait_for(
-        lambda: worker_record(ops.url, ops.namespace, "taskiq") or not process.alive(),
-        60,
-        "the Taskiq worker's heartbeat",
-    )
-    assert process.alive(), process.output()
-    assert isinstance(record, dict)
-    return {**record, "metrics_port": port, "process": process}
+    args = [sys.executable, "-m", "taskiq", "worker", "opsapps:broker", "--workers", "1"]
+    return _beating(ops, "taskiq", args)
 
 
 @pytest.fixture(scope="module")
 def celery_worker(ops: Ops) -> dict[str, Any]:
     """``celery worker`` (threads pool, task events on) with metrics and tracing."""
-    port = free_port()
     args = [sys.executable, "-m", "celery", "-A", "opsapps:app", "worker", "-P", "threads"]
     args += ["-c", "2", "-Q", "celery", "-E", "--without-mingle", "--without-gossip"]
     args += ["--loglevel", "INFO", "-n", f"ops-{uuid.uuid4().hex[:6]}@%h"]
-    process = ops.start("celery", args, OPS_WORKER="celery", OPS_CELERY_METRICS_PORT=str(port))
-    record = wait_for(
-        lambda: worker_record(ops.url, ops.namespace, "celery") or not process.alive(),
-        60,
-        "the Celery worker's heartbeat",
-    )
-    assert process.alive(), process.output()
-    assert isinstance(record, dict)
-    return {**record, "metrics_port": port, "process": process}
+    return _beating(ops, "celery", args)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """The Taskiq and Celery apps of the operations tests (imported by their workers).
 
 Configured by environment: ``SIMPLEBROKER_REDIS_URL``, ``OPS_NS`` (namespace),
-``OPS_LOG`` (file tasks append events to), ``OPS_SPANS`` (file the worker's
-OpenTelemetry spans are written to, one JSON object a line),
+``OPS_LOG`` (the event log, ``support.eventlog``, that tasks note events in),
+``OPS_SPANS`` (file the worker's OpenTelemetry spans are written to, one JSON
+object a line),
 ``OPS_TASKIQ_METRICS_PORT`` / ``OPS_CELERY_METRICS_PORT`` (Prometheus ports of
 the workers), ``OPS_MARKER`` (the ``flaky`` task rejects its message while
 this file is missing). The ``slow`` tasks run until the test creates
@@ -28,6 +29,7 @@ from taskiq import Context, TaskiqDepends
 import celery_simplebroker  # noqa: F401 - registers the "simplebroker" transport
 from celery_simplebroker import metrics as celery_metrics
 from celery_simplebroker import tracing as celery_tracing
+from support.eventlog import note
 from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.metrics import LeaseMetricsMiddleware
 from taskiq_simplebroker.tracing import TracingMiddleware
@@ -35,16 +37,6 @@ from taskiq_simplebroker.tracing import TracingMiddleware
 URL = os.environ.get("SIMPLEBROKER_REDIS_URL", "redis://127.0.0.1:6379/0")
 NS = os.environ.get("OPS_NS", "ops")
 LOG = os.environ.get("OPS_LOG", os.devnull)
-
-
-def note(*words: object) -> None:
-    """Append one event line (one O_APPEND write: lines never interleave)."""
-    line = " ".join(str(word) for word in (time.time(), os.getpid(), *words)) + "\n"
-    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 class FileExporter(SpanExporter):
@@ -113,21 +105,21 @@ def released(tag: str) -> bool:
 
 @broker.task(task_name="ops.slow")
 async def slow(tag: str) -> str:
-    note("taskiq-start", tag)
+    note(LOG, "taskiq-start", tag)
     deadline = time.monotonic() + 60
     while not released(tag) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    note("taskiq-done", tag)
+    note(LOG, "taskiq-done", tag)
     return tag
 
 
 @broker.task(task_name="ops.flaky")
 async def flaky(tag: str, context: Annotated[Context, TaskiqDepends()]) -> str:
     if not Path(os.environ.get("OPS_MARKER", "/nonexistent")).exists():
-        note("taskiq-reject", tag)
+        note(LOG, "taskiq-reject", tag)
         context.reject()
         return "rejected"
-    note("taskiq-ran", tag)
+    note(LOG, "taskiq-ran", tag)
     return tag
 
 
@@ -155,9 +147,9 @@ if os.environ.get("OPS_WORKER") == "celery":
 
 @app.task(name="ops.celery_slow")
 def celery_slow(tag: str) -> str:
-    note("celery-start", tag)
+    note(LOG, "celery-start", tag)
     deadline = time.monotonic() + 60
     while not released(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
-    note("celery-done", tag)
+    note(LOG, "celery-done", tag)
     return tag

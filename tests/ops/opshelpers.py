@@ -1,30 +1,25 @@
-"""Helpers of the operations tests: processes, event logs, readiness waits.
+"""What the operations tests share: the module's namespace and processes, the dashboard, Chromium.
 
-One Taskiq worker, one Celery worker and one dashboard serve every test of
-a module (module scope: starting them is what costs time). Chromium is
-Debian's (``/usr/bin/chromium``, or ``$SIMPLEBROKER_REDIS_CHROMIUM``),
-driven by Playwright without a browser download. With
-``SIMPLEBROKER_REDIS_REQUIRE_BROWSER=1`` (CI) a missing browser fails the
-tests instead of skipping them.
+Waits, child processes and the event log come from ``tests/support``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-PYTHONPATH = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+from simplebroker_redis.devserver import free_port
+from support.processes import Children, Process, pythonpath
+from support.waiting import wait_for
+
+#: ``PYTHONPATH`` of the workers: their apps (opsapps.py) are in this directory.
+PYTHONPATH = pythonpath(Path(__file__).resolve().parent)
+#: Headless Chromium in a container: no sandbox, no GPU, nothing fetched in the background.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -35,64 +30,6 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll ``predicate`` until it returns something truthy (generous: busy CI)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def events(log: Path, kind: str) -> list[list[str]]:
-    """The event lines of ``kind`` that opsapps.py's tasks wrote (words after the kind)."""
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == kind:
-            out.append(parts[3:])
-    return out
-
-
-class Process:
-    """A process group of the test (worker or dashboard), killed at the end."""
-
-    def __init__(self, args: list[str], env: dict[str, str], out: Path) -> None:
-        self.out = out
-        with out.open("ab") as sink:
-            self.process = subprocess.Popen(
-                args, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-
 
 @dataclass
 class Ops:
@@ -102,7 +39,7 @@ class Ops:
     namespace: str
     dir: Path
     env: dict[str, str]
-    processes: list[Process]
+    children: Children
 
     @property
     def log(self) -> Path:
@@ -117,9 +54,7 @@ class Ops:
         return self.dir / "marker"
 
     def start(self, name: str, args: list[str], **env: str) -> Process:
-        process = Process(args, {**self.env, **env}, self.dir / f"{name}.out")
-        self.processes.append(process)
-        return process
+        return self.children.start(name, args, {**self.env, **env})
 
 
 def worker_record(url: str, namespace: str, kind: str) -> dict[str, Any] | None:

@@ -21,12 +21,14 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opshelpers import Ops, events, wait_for
+from opshelpers import Ops
 from prometheus_client.parser import text_string_to_metric_families
 from taskiq.kicker import AsyncKicker
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
+from support.eventlog import read_events
+from support.waiting import wait_for
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.tracing import TracingMiddleware
 
@@ -72,6 +74,13 @@ def celery_app(ops: Ops) -> Any:
         broker_connection_retry_on_startup=True,
     )
     return app
+
+
+def logged(ops: Ops, *kinds: str, words: tuple[str, ...] | None = None) -> bool:
+    """Return whether the workers logged an event of every kind (with ``words``, if given)."""
+    return all(
+        any(words in (None, event.words) for event in read_events(ops.log, kind)) for kind in kinds
+    )
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -124,9 +133,7 @@ def test_the_page_shows_running_taskiq_and_celery_tasks_with_their_workers(
              return td && td.textContent === '1'; })""",
         timeout=30_000,
     )
-    wait_for(
-        lambda: events(ops.log, "taskiq-start") and events(ops.log, "celery-start"), 30, "starts"
-    )
+    wait_for(lambda: logged(ops, "taskiq-start", "celery-start"), 30, "starts")
     # While they run: each framework's worker counts its running task.
     running = scrape(taskiq_worker["metrics_port"])
     assert running[("simplebroker_running_tasks", (("task_name", "ops.slow"),))] == 1
@@ -151,7 +158,7 @@ def test_the_page_shows_running_taskiq_and_celery_tasks_with_their_workers(
     # Both finish: the page follows, still without a reload.
     for tag in ("tq-1", "ce-1"):
         (ops.dir / f"release-{tag}").touch()
-    wait_for(lambda: events(ops.log, "taskiq-done") and events(ops.log, "celery-done"), 30, "ends")
+    wait_for(lambda: logged(ops, "taskiq-done", "celery-done"), 30, "ends")
     page.wait_for_function(
         """() => ['taskiq', 'celery'].every((q) => {
              const td = document.querySelector(`#queues tr[data-queue='${q}'] td.reserved`);
@@ -189,7 +196,7 @@ def test_a_dead_lettered_task_is_requeued_from_the_page_and_runs(
     ops: Ops, taskiq_worker: dict[str, Any], page: Any
 ) -> None:
     kick_taskiq(ops, "ops.flaky", "poison-1")
-    wait_for(lambda: events(ops.log, "taskiq-reject"), 30, "the task's rejection")
+    wait_for(lambda: logged(ops, "taskiq-reject"), 30, "the task's rejection")
     page.wait_for_selector("#dead tr[data-queue='taskiq.dead']", timeout=30_000)
     assert cell(page, "dead", "taskiq.dead", "count") == "1"
     page.click("#dead tr[data-queue='taskiq.dead'] button.link")
@@ -207,8 +214,8 @@ def test_a_dead_lettered_task_is_requeued_from_the_page_and_runs(
     page.click("#detail button.requeue-one")
     page.click("#modal-ok")
     assert "requeued 1 message" in page.wait_for_selector("#toast:not([hidden])").text_content()
-    wait_for(lambda: events(ops.log, "taskiq-ran"), 30, "the requeued task's run")
-    assert events(ops.log, "taskiq-ran")[0] == ["poison-1"]
+    wait_for(lambda: logged(ops, "taskiq-ran"), 30, "the requeued task's run")
+    assert read_events(ops.log, "taskiq-ran")[0].words == ("poison-1",)
     page.wait_for_selector("#dead tr[data-queue='taskiq.dead']", state="detached", timeout=30_000)
 
 
@@ -286,7 +293,7 @@ def test_a_celery_worker_sends_its_lease_counts_as_events(
     got: list[dict[str, Any]] = []
     try:
         app.send_task("ops.celery_slow", ("ev-1",), queue="celery")
-        wait_for(lambda: ["ev-1"] in events(ops.log, "celery-start"), 30, "the task's start")
+        wait_for(lambda: logged(ops, "celery-start", words=("ev-1",)), 30, "the task's start")
         with app.connection_for_read() as conn:
 
             def on_event(event: dict[str, Any]) -> None:

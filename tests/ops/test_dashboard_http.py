@@ -10,11 +10,12 @@ import urllib.request
 from typing import Any
 
 import pytest
-from opshelpers import Ops, free_port, start_dashboard, wait_for
+from opshelpers import Ops, start_dashboard
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.devserver import DevServer
+from simplebroker_redis.devserver import DevServer, free_port
+from support.waiting import wait_for
 
 
 def request(url: str, *, method: str = "GET", body: Any = None, **headers: str) -> tuple[int, str]:

@@ -10,6 +10,7 @@ own, killed at the end of the test.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,11 @@ import pytest
 
 pytest.importorskip("protean", reason="the protean extra is not installed")
 
-from phelpers import HEARTBEAT, LEASE, PYTHONPATH, Worker  # noqa: E402
+from phelpers import HEARTBEAT, HERE, LEASE, PYTHONPATH  # noqa: E402
 from protean.domain import Domain  # noqa: E402
 
 from protean_simplebroker import SimpleBrokerBroker  # noqa: E402
+from support.processes import Children, Process  # noqa: E402
 
 
 @pytest.fixture(params=["redis", "sqlite"])
@@ -99,17 +101,18 @@ def worker_env(conn_info: dict[str, Any], events: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start processes of pworker.py; every one is stopped at the end of the test."""
-    started: list[Worker] = []
+def start_worker(worker_env: dict[str, str], children: Children) -> Callable[..., Process]:
+    """Start processes of pworker.py (``engine`` by default); all are killed afterwards.
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Worker:
-        log = tmp_path / f"worker-{len(started)}.log"
-        worker = Worker({**worker_env, **(env or {})}, log, *(args or ("engine",)))
-        started.append(worker)
-        return worker
+    An engine is ready once it printed ``pworker ready`` (see ``wait_ready``).
+    """
 
-    yield start
-    for worker in started:
-        worker.kill()  # the test is over: no need to wait for a graceful drain
-        worker.close()
+    def engine_ready(worker: Process) -> bool:
+        return "pworker ready" in worker.output()
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Process:
+        command = [sys.executable, str(HERE / "pworker.py"), *(args or ("engine",))]
+        own = {**worker_env, **(env or {})}
+        return children.start("worker", command, own, cwd=HERE, ready=engine_ready)
+
+    return start

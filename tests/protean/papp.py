@@ -26,6 +26,8 @@ from protean import Domain, handle
 from protean.fields import Identifier, String
 from protean.utils.eventing import Message
 
+from support.eventlog import append_line
+
 domain = Domain(name="shop")
 
 
@@ -44,11 +46,7 @@ class OrderPlaced:
 def record(handler: str, event: Any, what: str) -> None:
     """Append one line to the log (O_APPEND: lines of several processes never mix)."""
     line = {"h": handler, "id": event.order_id, "pid": os.getpid(), "what": what}
-    fd = os.open(os.environ["PBK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
+    append_line(os.environ["PBK_LOG"], json.dumps(line))
 
 
 @domain.event_handler(part_of=Order)

@@ -19,7 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 import papp
-from phelpers import HERE, LEASE, PYTHONPATH, read_events, wait_for
+from phelpers import HERE, LEASE, PYTHONPATH, handler_calls
+
+from support.waiting import wait_for
 
 DLQ = f"{papp.STREAM}:dlq"
 _INITIALIZED: list[bool] = []
@@ -36,7 +38,7 @@ def publish_orders(broker, *orders):
 
 def done(events, handler):
     return Counter(
-        e["id"] for e in read_events(events) if e["h"] == handler and e["what"] == "done"
+        e["id"] for e in handler_calls(events) if e["h"] == handler and e["what"] == "done"
     )
 
 
@@ -57,7 +59,7 @@ def test_every_order_reaches_both_groups_once_and_a_failing_one_is_dead_lettered
     assert set(done(events, "mailer").values()) == {1}
     assert "bad" not in done(events, "mailer")
     # The subscription tried twice (max_retries = 2), then published to the DLQ.
-    starts = [e for e in read_events(events) if e["id"] == "bad" and e["h"] == "mailer"]
+    starts = [e for e in handler_calls(events) if e["id"] == "bad" and e["h"] == "mailer"]
     assert len(starts) == 2
     [entry] = broker.dlq_list([DLQ])
     assert (entry.original_id, entry.consumer_group) == (ids[-1], papp.MAILER)
@@ -75,7 +77,7 @@ def test_a_killed_consumer_keeps_its_message_while_alive_and_loses_it_when_dead(
     first.wait_ready()
 
     def started_by(pid):
-        return [e for e in read_events(events) if e["id"] == "slow" and e["pid"] == pid]
+        return [e for e in handler_calls(events) if e["id"] == "slow" and e["pid"] == pid]
 
     wait_for(lambda: started_by(first.pid), what="the first worker to start the slow order")
     started = time.monotonic()

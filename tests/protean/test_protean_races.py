@@ -13,7 +13,9 @@ import sys
 import textwrap
 import threading
 
-from phelpers import HERE, read_events, wait_for
+from phelpers import HERE, handler_calls
+
+from support.waiting import wait_for
 
 COUNT = 200
 
@@ -71,15 +73,15 @@ def test_processes_racing_on_one_group_handle_each_message_once(
             thread.start()
         for thread in publishers:
             thread.join(60)
-        wait_for(lambda: len(read_events(events)) >= COUNT, timeout=60, what="every message")
+        wait_for(lambda: len(handler_calls(events)) >= COUNT, timeout=60, what="every message")
         for consumer in consumers:
             assert consumer.wait(30) == 0
     finally:
         for consumer in consumers:
             consumer.kill()
-    handled = [event["id"] for event in read_events(events)]
+    handled = [event["id"] for event in handler_calls(events)]
     assert sorted(handled) == sorted(ids), "each message exactly once in the group"
-    assert len({event["pid"] for event in read_events(events)}) > 1, "the consumers shared them"
+    assert len({event["pid"] for event in handler_calls(events)}) > 1, "the consumers shared them"
     # Another group gets the whole stream, in publish (ID) order.
     late = []
     while taken := broker.read("race", "late", 50):

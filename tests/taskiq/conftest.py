@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tqhelpers import PYTHONPATH, Worker
+from tqhelpers import PYTHONPATH
+
+from support.processes import Children, Process
 
 if TYPE_CHECKING:
     from taskiq_simplebroker import SimpleBrokerTaskiqBroker
@@ -33,29 +36,24 @@ def worker_env(redis_url: str, namespace: str, task_log: Path) -> dict[str, str]
 
 
 @pytest.fixture
-def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+def start_worker(worker_env: dict[str, str], children: Children) -> Callable[..., Process]:
     """Start ``taskiq worker workerapp:broker`` processes; all are killed afterwards."""
-    started: list[Worker] = []
 
     def start(
         *extra: str,
         env: dict[str, str] | None = None,
         command: str = "worker",
         target: str | None = None,
-    ) -> Worker:
+    ) -> Process:
         if target is None:
             target = "workerapp:broker" if command == "worker" else "workerapp:scheduler"
         args = [command, target, *extra]
         if command == "worker" and "--workers" not in extra:
             args += ["--workers", "1"]
-        log = tmp_path / f"{command}-{len(started)}.out"
-        worker = Worker(args, {**worker_env, **(env or {})}, log)
-        started.append(worker)
-        return worker
+        taskiq = [sys.executable, "-m", "taskiq", *args]
+        return children.start(command, taskiq, {**worker_env, **(env or {})})
 
-    yield start
-    for worker in started:
-        worker.kill()
+    return start
 
 
 @pytest.fixture

@@ -17,13 +17,14 @@ from taskiq import Context, TaskiqDepends
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskiqError
 from taskiq.serializers import PickleSerializer
-from tqhelpers import eventually, kiq, make_broker, receiving
+from tqhelpers import kiq, make_broker, receiving
 
 from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.errors import translate
+from support.waiting import eventually
 from taskiq_simplebroker import (
     ConfigurationError,
     DeadLetteredError,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from helpers import record_scripts
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import Call
+from support.recording import record_scripts
 from taskiq_simplebroker.commit import Committer, ResultWrite
 
 

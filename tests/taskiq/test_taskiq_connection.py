@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from taskiq.kicker import AsyncKicker
-from tqhelpers import PYTHONPATH, Worker
+from tqhelpers import PYTHONPATH
 
 import taskiq_simplebroker
 from simplebroker_redis import DEFAULT_NAMESPACE
@@ -208,7 +209,7 @@ def test_user_and_password_kwargs_are_encoded_and_never_shown():
         SimpleBrokerResultBackend(runner=shared.runner, socket_timeout=3)
 
 
-async def test_a_worker_uses_the_project_config_and_its_password(tmp_path):
+async def test_a_worker_uses_the_project_config_and_its_password(tmp_path, children):
     password = "pw-" + uuid.uuid4().hex
     server = DevServer(data_dir=str(tmp_path / "server"), extra_args=["--requirepass", password])
     server.start()
@@ -228,9 +229,8 @@ async def test_a_worker_uses_the_project_config_and_its_password(tmp_path):
         env.update(
             BROKER_BACKEND_PASSWORD=password, PYTHONPATH=f"{project}{os.pathsep}{PYTHONPATH}"
         )
-        worker = Worker(
-            ["worker", "projectapp:broker", "--workers", "1"], env, tmp_path / "w.out", cwd=project
-        )
+        command = [sys.executable, "-m", "taskiq", "worker", "projectapp:broker", "--workers", "1"]
+        worker = children.start("worker", command, env, cwd=project)
         producer = SimpleBrokerTaskiqBroker(server.url, namespace="from-project", password=password)
         assert password not in repr(producer) and password not in producer.runner.where
         producer.with_result_backend(SimpleBrokerResultBackend(runner=producer.runner))

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from tqhelpers import events, eventually, kiq
+from tqhelpers import events, kiq
 
 from simplebroker_redis import Leases, RedisRunner
 from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port
+from support.waiting import eventually
 from taskiq_simplebroker import (
     DeadLetteredError,
     SimpleBrokerResultBackend,

@@ -9,10 +9,11 @@ import pytest
 from taskiq import Context, TaskiqDepends
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import SendTaskError
-from tqhelpers import events, eventually, kiq, make_broker, receiving
+from tqhelpers import events, kiq, make_broker, receiving
 
-from helpers import record_scripts
 from simplebroker_redis import Leases, RedisRunner
+from support.recording import record_scripts
+from support.waiting import eventually
 from taskiq_simplebroker import ConfigurationError, DeadLetteredError, SimpleBrokerTaskiqBroker
 
 

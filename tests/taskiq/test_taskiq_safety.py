@@ -9,8 +9,8 @@ import pytest
 import redis
 from tqhelpers import kiq
 
-from simplebroker_redis import redis_backend_plugin
 from simplebroker_redis.devserver import DevServer
+from support.namespaces import fresh_namespace
 from taskiq_simplebroker import (
     ConfigurationError,
     EvictionPolicyError,
@@ -22,13 +22,9 @@ from taskiq_simplebroker import (
 @pytest.fixture(scope="module")
 def policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     """A private server whose maxmemory-policy each test sets."""
-    server = DevServer(
-        data_dir=str(tmp_path_factory.mktemp("policy")),
-        extra_args=["--maxmemory-policy", "allkeys-lru"],
-    )
-    server.start()
-    yield server
-    server.stop()
+    folder = str(tmp_path_factory.mktemp("policy"))
+    with DevServer(data_dir=folder, extra_args=["--maxmemory-policy", "allkeys-lru"]) as server:
+        yield server
 
 
 @pytest.fixture
@@ -41,9 +37,8 @@ def admin(policy_server: DevServer) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def ns(policy_server: DevServer) -> Iterator[str]:
-    name = f"policy-{uuid.uuid4().hex[:10]}"
-    yield name
-    redis_backend_plugin.cleanup_target(policy_server.url, backend_options={"namespace": name})
+    with fresh_namespace(policy_server.url, "policy") as name:
+        yield name
 
 
 def pair(url: str, namespace: str, **allow: bool) -> SimpleBrokerTaskiqBroker:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from taskiq.scheduler.scheduled_task import ScheduledTask
-from tqhelpers import claims, eventually, scheduled
+from tqhelpers import claims, scheduled
+
+from support.waiting import eventually
 
 #: Run on the shared cluster and Sentinel group only (tests/conftest.py).
 TOPOLOGIES = ("cluster", "sentinel")

@@ -13,9 +13,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from tqhelpers import eventually, receiving
+from tqhelpers import receiving
 
 from simplebroker_redis.aio import AsyncLeases
+from support.waiting import eventually
 from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.shards import shard_index, shard_namespaces
 

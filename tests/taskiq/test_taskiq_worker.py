@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from taskiq.serializers import PickleSerializer
-from tqhelpers import PYTHONPATH, Money, events, eventually, kiq
+from tqhelpers import PYTHONPATH, Money, events, kiq
 
+from support.waiting import eventually
 from taskiq_simplebroker import ResultIsMissingError, SimpleBrokerResultBackend
 
 

@@ -1,14 +1,9 @@
-"""Helpers for the Taskiq integration tests (importable by test modules)."""
+"""What the Taskiq tests need beyond tests/support: kicks, schedules and workerapp.py's task log."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,56 +15,16 @@ from taskiq.receiver import Receiver
 from taskiq.scheduler.scheduled_task import ScheduledTask
 from taskiq.task import AsyncTaskiqTask
 
+from support.eventlog import read_events
+from support.processes import pythonpath
 from taskiq_simplebroker import (
     SimpleBrokerResultBackend,
     SimpleBrokerScheduleSource,
     SimpleBrokerTaskiqBroker,
 )
 
-HERE = Path(__file__).resolve().parent
-# Worker processes import the test app (workerapp.py) from this directory.
-PYTHONPATH = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-
-
-class Worker:
-    """One ``taskiq worker`` (or ``taskiq scheduler``) process group."""
-
-    def __init__(
-        self, args: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
-    ) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "taskiq", *args],
-                env=env,
-                cwd=cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def kill(self) -> None:
-        """SIGKILL the whole group (manager and its worker processes)."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """Graceful stop (SIGTERM, as a supervisor sends); SIGKILL if it hangs."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+#: ``PYTHONPATH`` of worker processes: the test app (workerapp.py) is in this directory.
+PYTHONPATH = pythonpath(Path(__file__).resolve().parent)
 
 
 async def kiq(
@@ -90,7 +45,7 @@ class Money:
 
 @dataclass(frozen=True)
 class Event:
-    """One line of the task log written by workerapp.py."""
+    """One event workerapp.py's tasks note: what, of which task key, in which worker."""
 
     kind: str
     key: str
@@ -101,28 +56,10 @@ class Event:
 
 def events(log: Path, kind: str | None = None) -> list[Event]:
     """Return the task log's events (of one ``kind``), in order."""
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text().splitlines():
-        event, key, worker, pid, stamp = line.split()
-        if kind is None or event == kind:
-            out.append(Event(event, key, worker, int(pid), float(stamp)))
-    return out
-
-
-async def eventually(check: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(interval)
+    return [
+        Event(event.kind, event.words[0], event.words[1], event.pid, event.at)
+        for event in read_events(log, kind)
+    ]
 
 
 def make_broker(redis_url: str, namespace: str, **options: Any) -> SimpleBrokerTaskiqBroker:

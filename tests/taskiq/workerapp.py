@@ -10,7 +10,6 @@ import asyncio
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Annotated
 
 from taskiq import Context, TaskiqDepends, TaskiqScheduler
@@ -20,6 +19,7 @@ from taskiq.schedule_sources import LabelScheduleSource
 from taskiq.serializers import PickleSerializer
 from tqhelpers import Money
 
+from support.eventlog import note, read_events
 from taskiq_simplebroker import (
     SimpleBrokerResultBackend,
     SimpleBrokerScheduleSource,
@@ -71,14 +71,18 @@ scheduler = TaskiqScheduler(broker, sources=[LabelScheduleSource(broker), schedu
 #: Only the namespace's schedules: any number of these schedulers send each run once.
 ha_scheduler = TaskiqScheduler(broker, sources=[schedule_source])
 
-LOG = Path(os.environ.get("TQ_LOG", os.devnull))
+LOG = os.environ.get("TQ_LOG", os.devnull)
 NAME = os.environ.get("TQ_NAME", "worker")
 
 
 def log(event: str, key: object) -> None:
-    """Append one line to the test's log (O_APPEND: safe across processes)."""
-    with LOG.open("a", encoding="utf-8") as out:
-        out.write(f"{event} {key} {NAME} {os.getpid()} {time.time():.3f}\n")
+    """Note ``event`` of task ``key`` in the test's event log, with this worker's name."""
+    note(LOG, event, key, NAME)
+
+
+def attempts(key: str) -> int:
+    """Return how many attempts of task ``key`` have been logged (by any worker)."""
+    return sum(1 for event in read_events(LOG, "attempt") if event.words[0] == key)
 
 
 @broker.task
@@ -124,10 +128,10 @@ async def block_loop(key: str, seconds: float) -> str:
 @broker.task(retry_on_error=True, max_retries=3, delay=0.6)
 async def flaky(key: str, failures: int) -> int:
     log("attempt", key)
-    attempts = sum(1 for line in LOG.read_text().splitlines() if line.startswith(f"attempt {key} "))
-    if attempts <= failures:
-        raise RuntimeError(f"failure {attempts}")
-    return attempts
+    tried = attempts(key)
+    if tried <= failures:
+        raise RuntimeError(f"failure {tried}")
+    return tried
 
 
 @broker.task
@@ -160,8 +164,7 @@ async def value(kind: str) -> object:
 async def fail_once(key: str) -> str:
     """Fail the first attempt (retried by SmartRetryMiddleware when labelled so)."""
     log("attempt", key)
-    attempts = sum(1 for line in LOG.read_text().splitlines() if line.startswith(f"attempt {key} "))
-    if attempts == 1:
+    if attempts(key) == 1:
         raise RuntimeError("first attempt fails")
     return key
 

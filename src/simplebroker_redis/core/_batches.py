@@ -5,15 +5,15 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from simplebroker import resolve_config
 
-from .._sbcompat import normalize_message_id, validate_timestamp_bound
 from ..errors import ReservationLost
 from ..leases import Leases
 from ..validation import validate_queue_name
 from ._base import CoreBase
+from ._selection import Options, select
 
 Row = tuple[str, int]
 
@@ -59,22 +59,13 @@ class BatchesMixin(CoreBase):
         return int(effective["GENERATOR_BATCH_SIZE"])
 
     def _reserved_batches(
-        self,
-        queue: str,
-        *,
-        target: str,
-        with_timestamps: bool,
-        limit: int,
-        after: int | None,
-        before: int | None,
-        exact: object,
+        self, queue: str, target: str, with_timestamps: bool, **options: Unpack[Options]
     ) -> Iterator[Row | str]:
+        """Reserve, yield and commit batches until the selection is empty (``target``: a move)."""
         validate_queue_name(queue)
         if target:
             validate_queue_name(target)
-        exact_id = None if exact is None else normalize_message_id(exact, name="exact_timestamp")
-        after = validate_timestamp_bound("after_timestamp", after)
-        before = validate_timestamp_bound("before_timestamp", before)
+        selection = select(**options)
         stale_ns = self._runner.options.stale_batch_ns()
         lease_seconds = None if stale_ns is None else stale_ns / 1_000_000_000
         leases = Leases(self._runner)
@@ -82,13 +73,10 @@ class BatchesMixin(CoreBase):
         while True:
             lease = leases.reserve(
                 queue,
-                limit,
-                lease_seconds,
+                lease_seconds=lease_seconds,
                 target=target,
-                after=after,
-                before=before,
-                exact=exact_id,
                 maintenance=self._maintenance_spec(),
+                **selection,
             )
             if not lease.messages:
                 return
@@ -116,5 +104,5 @@ class BatchesMixin(CoreBase):
                         leases, lease.token, exc, foreign=threading.get_ident() != owner
                     )
                 raise
-            if exact_id is not None:
+            if selection["exact"] is not None:
                 return

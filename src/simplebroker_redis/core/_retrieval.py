@@ -1,32 +1,50 @@
-"""Claim, peek and move: one script call per bounded operation."""
+"""Claim, peek and move: one script call per bounded operation.
+
+A move is a claim that files the message under a target queue instead of
+deleting it, so both run through :meth:`RetrievalMixin._take` (no target:
+a claim). The public signatures are SimpleBroker's ``BrokerConnection``
+protocol (see the comment above ``claim_one``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from simplebroker.ext import validate_delivery_guarantee
 
 from .. import calls
-from .._sbcompat import (
-    PEEK_BATCH_SIZE,
-    normalize_message_id,
-    validate_selection_order,
-    validate_timestamp_bound,
-)
+from .._sbcompat import PEEK_BATCH_SIZE
 from ..types import Row, TakeMode
 from ..validation import validate_queue_name
 from ._batches import BatchesMixin
+from ._selection import Options, select
+
+
+def _first(rows: list[Row], with_timestamps: bool) -> Row | str:
+    return rows[0] if with_timestamps else rows[0][0]
+
+
+def _one(rows: list[Row], with_timestamps: bool) -> Row | str | None:
+    return _first(rows, with_timestamps) if rows else None
 
 
 def _shape(rows: list[Row], with_timestamps: bool) -> list[Row] | list[str]:
     return rows if with_timestamps else [body for body, _ in rows]
 
 
-def _one(rows: list[Row], with_timestamps: bool) -> Row | str | None:
-    if not rows:
-        return None
-    return rows[0] if with_timestamps else rows[0][0]
+def _positive(limit: int) -> int:
+    """Return ``limit``; ValueError when it is below one."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    return limit
+
+
+def _elsewhere(source_queue: str, target_queue: str) -> str:
+    """Return ``target_queue``; ValueError when a move would stay in its queue."""
+    if source_queue == target_queue:
+        raise ValueError("Source and target queues cannot be the same")
+    return target_queue
 
 
 class RetrievalMixin(BatchesMixin):
@@ -35,68 +53,66 @@ class RetrievalMixin(BatchesMixin):
     def _take(
         self,
         queue: str,
-        op: TakeMode,
+        target: str | None,
         *,
-        target: str = "",
-        limit: int = 1,
-        order: str = "oldest",
-        after: int | None = None,
-        before: int | None = None,
-        exact: object = None,
         with_claimed: bool = False,
+        **options: Unpack[Options],
     ) -> list[Row]:
+        """Claim (``target`` None) or move the selected messages; committed when this returns."""
+        op: TakeMode = "claim" if target is None else "move"
         validate_queue_name(queue)
         self._guard(f"{op} operation")
-        if op == "move":
+        if target is not None:
             validate_queue_name(target)
-        exact_id = None if exact is None else normalize_message_id(exact, name="exact_timestamp")
-        after = validate_timestamp_bound("after_timestamp", after)
-        before = validate_timestamp_bound("before_timestamp", before)
-        order = validate_selection_order(order)
-        rows = self._run(
-            calls.claim(
-                queue,
-                op,
-                target=target,
-                limit=limit,
-                order=order,
-                after=after,
-                before=before,
-                exact=exact_id,
-                with_claimed=with_claimed,
-                maintenance=self._maintenance_spec(),
-            )
+        selection = select(**options)
+        maintenance = self._maintenance_spec()
+        call = calls.claim(
+            queue,
+            op,
+            target=target or "",
+            with_claimed=with_claimed,
+            maintenance=maintenance,
+            **selection,
         )
+        rows = self._run(call)
         self._record_activity(len(rows))
         return rows
 
-    def _look(
+    def _takes(
         self,
         queue: str,
-        *,
-        limit: int,
-        order: str = "oldest",
-        after: int | None = None,
-        before: int | None = None,
-        exact: object = None,
-        include_claimed: bool = False,
+        target: str | None,
+        at_least_once: bool,
+        with_timestamps: bool,
+        batch_size: int | None,
+        config: Any,
+        span: Options,
+    ) -> Iterator[Row | str]:
+        """Yield taken messages one by one or, ``at_least_once``, in reserved batches.
+
+        ``batch_size`` and ``config`` size the batches; ``span`` bounds the IDs.
+        """
+        if at_least_once:
+            if target is not None:
+                validate_queue_name(target)
+            batch = span.copy()
+            batch["limit"] = self._batch_size(batch_size, config)
+            yield from self._reserved_batches(queue, target or "", with_timestamps, **batch)
+            return
+        while rows := self._take(queue, target, **span):
+            yield _first(rows, with_timestamps)
+
+    def _look(
+        self, queue: str, *, include_claimed: bool = False, **options: Unpack[Options]
     ) -> list[Row]:
+        """Return the selected messages, unchanged."""
         validate_queue_name(queue)
-        exact_id = None if exact is None else normalize_message_id(exact, name="exact_timestamp")
-        after = validate_timestamp_bound("after_timestamp", after)
-        before = validate_timestamp_bound("before_timestamp", before)
-        order = validate_selection_order(order)
-        return self._run(
-            calls.peek(
-                queue,
-                limit=limit,
-                order=order,
-                after=after,
-                before=before,
-                exact=exact_id,
-                include_claimed=include_claimed,
-            )
-        )
+        return self._run(calls.peek(queue, include_claimed=include_claimed, **select(**options)))
+
+    # The public methods below keep the signatures of SimpleBroker's
+    # BrokerConnection protocol word for word. Claims, moves and peeks take the
+    # same options there, so their parameter lists repeat (the one repetition
+    # left in core/); the bodies only check their own arguments and delegate.
 
     # -- claim ---------------------------------------------------------------
     def claim_one(
@@ -108,8 +124,7 @@ class RetrievalMixin(BatchesMixin):
         order: str = "oldest",
     ) -> Row | str | None:
         """Claim the oldest (or newest, or exact) pending message."""
-        rows = self._take(queue, "claim", exact=exact_timestamp, order=order)
-        return _one(rows, with_timestamps)
+        return _one(self._take(queue, None, exact=exact_timestamp, order=order), with_timestamps)
 
     def claim_many(
         self,
@@ -124,17 +139,10 @@ class RetrievalMixin(BatchesMixin):
     ) -> list[Row] | list[str]:
         """Claim up to ``limit`` messages; committed before they are returned."""
         validate_delivery_guarantee(delivery_guarantee)
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        rows = self._take(
-            queue,
-            "claim",
-            limit=limit,
-            after=after_timestamp,
-            before=before_timestamp,
-            order=order,
+        span = Options(
+            limit=_positive(limit), after=after_timestamp, before=before_timestamp, order=order
         )
-        return _shape(rows, with_timestamps)
+        return _shape(self._take(queue, None, **span), with_timestamps)
 
     def claim_generator(
         self,
@@ -149,28 +157,11 @@ class RetrievalMixin(BatchesMixin):
         config: Any = None,
     ) -> Iterator[Row | str]:
         """Yield claimed messages; ``at_least_once`` commits whole batches."""
-        if validate_delivery_guarantee(delivery_guarantee) == "at_least_once":
-            yield from self._reserved_batches(
-                queue,
-                target="",
-                with_timestamps=with_timestamps,
-                limit=self._batch_size(batch_size, config),
-                after=after_timestamp,
-                before=before_timestamp,
-                exact=exact_timestamp,
-            )
-            return
-        while True:
-            rows = self._take(
-                queue,
-                "claim",
-                after=after_timestamp,
-                before=before_timestamp,
-                exact=exact_timestamp,
-            )
-            if not rows:
-                return
-            yield rows[0] if with_timestamps else rows[0][0]
+        at_least_once = validate_delivery_guarantee(delivery_guarantee) == "at_least_once"
+        span = Options(after=after_timestamp, before=before_timestamp, exact=exact_timestamp)
+        yield from self._takes(
+            queue, None, at_least_once, with_timestamps, batch_size, config, span
+        )
 
     # -- peek ----------------------------------------------------------------
     def peek_one(
@@ -184,11 +175,7 @@ class RetrievalMixin(BatchesMixin):
     ) -> Row | str | None:
         """Return one message without claiming it."""
         rows = self._look(
-            queue,
-            limit=1,
-            exact=exact_timestamp,
-            include_claimed=include_claimed,
-            order=order,
+            queue, exact=exact_timestamp, include_claimed=include_claimed, order=order
         )
         return _one(rows, with_timestamps)
 
@@ -204,17 +191,10 @@ class RetrievalMixin(BatchesMixin):
         order: str = "oldest",
     ) -> list[Row] | list[str]:
         """Return up to ``limit`` messages without claiming them."""
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        rows = self._look(
-            queue,
-            limit=limit,
-            after=after_timestamp,
-            before=before_timestamp,
-            include_claimed=include_claimed,
-            order=order,
+        span = Options(
+            limit=_positive(limit), after=after_timestamp, before=before_timestamp, order=order
         )
-        return _shape(rows, with_timestamps)
+        return _shape(self._look(queue, include_claimed=include_claimed, **span), with_timestamps)
 
     def peek_generator(
         self,
@@ -229,21 +209,16 @@ class RetrievalMixin(BatchesMixin):
     ) -> Iterator[Row | str]:
         """Yield messages page by page (ID cursor), without claiming them."""
         page = batch_size if batch_size is not None else PEEK_BATCH_SIZE
-        cursor = after_timestamp
+        span = Options(
+            limit=page, after=after_timestamp, before=before_timestamp, exact=exact_timestamp
+        )
         while True:
-            rows = self._look(
-                queue,
-                limit=page,
-                after=cursor,
-                before=before_timestamp,
-                exact=exact_timestamp,
-                include_claimed=include_claimed,
-            )
+            rows = self._look(queue, include_claimed=include_claimed, **span)
             for row in rows:
                 yield row if with_timestamps else row[0]
             if exact_timestamp is not None or len(rows) < page or not rows:
                 return
-            cursor = rows[-1][1]
+            span["after"] = rows[-1][1]
 
     # -- move ----------------------------------------------------------------
     def move_one(
@@ -257,16 +232,9 @@ class RetrievalMixin(BatchesMixin):
         order: str = "oldest",
     ) -> Row | str | None:
         """Move one message to ``target_queue`` keeping its ID."""
-        if source_queue == target_queue:
-            raise ValueError("Source and target queues cannot be the same")
-        rows = self._take(
-            source_queue,
-            "move",
-            target=target_queue,
-            exact=exact_timestamp,
-            with_claimed=not require_unclaimed,
-            order=order,
-        )
+        target = _elsewhere(source_queue, target_queue)
+        span = Options(exact=exact_timestamp, order=order)
+        rows = self._take(source_queue, target, with_claimed=not require_unclaimed, **span)
         return _one(rows, with_timestamps)
 
     def move_many(
@@ -284,20 +252,11 @@ class RetrievalMixin(BatchesMixin):
     ) -> list[Row] | list[str]:
         """Move up to ``limit`` messages; committed before they are returned."""
         validate_delivery_guarantee(delivery_guarantee)
-        if source_queue == target_queue:
-            raise ValueError("Source and target queues cannot be the same")
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        rows = self._take(
-            source_queue,
-            "move",
-            target=target_queue,
-            limit=limit,
-            after=after_timestamp,
-            before=before_timestamp,
-            with_claimed=not require_unclaimed,
-            order=order,
+        target = _elsewhere(source_queue, target_queue)
+        span = Options(
+            limit=_positive(limit), after=after_timestamp, before=before_timestamp, order=order
         )
+        rows = self._take(source_queue, target, with_claimed=not require_unclaimed, **span)
         return _shape(rows, with_timestamps)
 
     def move_generator(
@@ -314,30 +273,9 @@ class RetrievalMixin(BatchesMixin):
         config: Any = None,
     ) -> Iterator[Row | str]:
         """Yield moved messages; ``at_least_once`` commits whole batches."""
-        guarantee = validate_delivery_guarantee(delivery_guarantee)
-        if source_queue == target_queue:
-            raise ValueError("Source and target queues cannot be the same")
-        if guarantee == "at_least_once":
-            validate_queue_name(target_queue)
-            yield from self._reserved_batches(
-                source_queue,
-                target=target_queue,
-                with_timestamps=with_timestamps,
-                limit=self._batch_size(batch_size, config),
-                after=after_timestamp,
-                before=before_timestamp,
-                exact=exact_timestamp,
-            )
-            return
-        while True:
-            rows = self._take(
-                source_queue,
-                "move",
-                target=target_queue,
-                after=after_timestamp,
-                before=before_timestamp,
-                exact=exact_timestamp,
-            )
-            if not rows:
-                return
-            yield rows[0] if with_timestamps else rows[0][0]
+        at_least_once = validate_delivery_guarantee(delivery_guarantee) == "at_least_once"
+        target = _elsewhere(source_queue, target_queue)
+        span = Options(after=after_timestamp, before=before_timestamp, exact=exact_timestamp)
+        yield from self._takes(
+            source_queue, target, at_least_once, with_timestamps, batch_size, config, span
+        )

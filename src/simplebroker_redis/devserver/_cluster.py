@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Unpack
 
 from redis.crc import key_slot
 
@@ -14,14 +11,13 @@ from simplebroker_redis.devserver._node import (
     PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
+    NodeArgs,
     TlsFiles,
-    check_password,
-    credentials,
     free_ports,
-    kill_all,
     wait_for,
 )
-from simplebroker_redis.devserver._server import server_binary
+from simplebroker_redis.devserver._server import DevServer
+from simplebroker_redis.devserver._topology import DevTopology
 
 #: Number of hash slots of a Redis Cluster.
 CLUSTER_SLOTS: Final[int] = 16384
@@ -93,46 +89,28 @@ class DevClusterNode(DevNode):
     ports to plain ones.
     """
 
-    def __init__(
-        self,
-        *,
-        data_dir: str,
-        port: int,
-        bus_port: int,
-        node_timeout_ms: int,
-        password: str | None,
-        appendonly: bool,
-        binary: str,
-        tls: TlsFiles | None = None,
-        tls_port: int | None = None,
-    ) -> None:
+    def __init__(self, *, bus_port: int, node_timeout_ms: int, **node: Unpack[NodeArgs]) -> None:
+        super().__init__(**node)
+        self.bus_port = bus_port
+        self.node_timeout_ms = node_timeout_ms
+        self.node_id = ""
+
+    def command(self) -> list[str]:
+        """Return the server command line of a cluster node."""
         args = [
+            *super().command(),
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-port", str(bus_port),
-            "--cluster-node-timeout", str(node_timeout_ms),
+            "--cluster-port", str(self.bus_port),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
             # A replica may always take over, however stale, and replicas never move
             # to another primary on their own: the layout stays what the test built.
             "--cluster-replica-validity-factor", "0",
             "--cluster-allow-replica-migration", "no",
-            "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
-        if password:
-            args += ["--requirepass", password, "--masterauth", password]
-        if tls is not None:
+        if self.tls is not None:
             args += ["--tls-cluster", "yes"]
-        super().__init__(
-            password=password,
-            data_dir=data_dir,
-            port=port,
-            appendonly=appendonly,
-            extra_args=args,
-            binary=binary,
-            tls=tls,
-            tls_port=tls_port,
-        )
-        self.bus_port = bus_port
-        self.node_id = ""
+        return args
 
     def views(self) -> dict[str, _ClusterView]:
         """Return this node's ``CLUSTER NODES`` view, by node ID."""
@@ -147,7 +125,7 @@ class DevClusterNode(DevNode):
         return f"DevClusterNode(port={self.port}, id={self.node_id[:8]})"
 
 
-class DevCluster:
+class DevCluster(DevTopology):
     """A throwaway Redis Cluster: ``primaries`` primaries with ``replicas`` replicas each.
 
     Built with CLUSTER ADDSLOTSRANGE / MEET / REPLICATE (no interactive tool);
@@ -172,26 +150,21 @@ class DevCluster:
     ) -> None:
         if primaries < 1 or replicas < 0:
             raise ValueError("a cluster needs at least one primary and replicas >= 0")
-        check_password(password)
-        self.password = password
-        #: The certificate files of a TLS cluster (None: plain TCP only).
-        self.tls = tls
-        binary = binary or server_binary()
-        self.root = tempfile.mkdtemp(prefix="sbredis-cluster-")
+        super().__init__(
+            "cluster", password=password, appendonly=appendonly, binary=binary, tls=tls
+        )
         count = primaries * (1 + replicas)
         per_node = 2 if tls is None else 3  # client, bus (and TLS) ports
         ports = free_ports(per_node * count)
         self.nodes: list[DevClusterNode] = [
             DevClusterNode(
-                data_dir=os.path.join(self.root, f"node-{i}"),
-                port=ports[per_node * i],
                 bus_port=ports[per_node * i + 1],
                 node_timeout_ms=node_timeout_ms,
-                password=password,
-                appendonly=appendonly,
-                binary=binary,
-                tls=tls,
-                tls_port=None if tls is None else ports[per_node * i + 2],
+                **self._node_args(
+                    f"node-{i}",
+                    ports[per_node * i],
+                    None if tls is None else ports[per_node * i + 2],
+                ),
             )
             for i in range(count)
         ]
@@ -209,24 +182,12 @@ class DevCluster:
 
         A TLS cluster: ``rediss+cluster://`` to the TLS ports, verified with its CA.
         """
-        seeds = ",".join(f"127.0.0.1:{port}" for _, port in self.seeds)
-        if self.tls is None:
-            return f"redis+cluster://{credentials(self.password)}{seeds}"
-        return f"rediss+cluster://{credentials(self.password)}{seeds}?{self.tls.query}"
+        return self._url(",".join(f"127.0.0.1:{port}" for _, port in self.seeds))
 
     @property
     def seeds(self) -> list[tuple[str, int]]:
         """Return every node's client address ``(host, port)``: its TLS port in a TLS cluster."""
         return [("127.0.0.1", node.announced_port) for node in self.nodes]
-
-    def start(self, timeout: float = TOPOLOGY_TIMEOUT) -> DevCluster:
-        """Start every node, assign slots, join them, and wait for a healthy cluster."""
-        try:
-            self._build(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _build(self, timeout: float) -> None:
         for node in self.nodes:
@@ -420,13 +381,5 @@ class DevCluster:
         down = any(views[n.node_id].slots and not n.alive for n in self.nodes)
         self.wait_stable(timeout, allow_down=down)
 
-    def stop(self) -> None:
-        """Kill every node and remove the temp dir."""
-        kill_all(self.nodes)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> DevCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _processes(self) -> list[DevServer]:
+        return list(self.nodes)

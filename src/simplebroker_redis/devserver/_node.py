@@ -7,7 +7,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Required, TypedDict
 from urllib.parse import quote
 
 import redis
@@ -117,10 +117,25 @@ def tls_args(tls: TlsFiles, tls_port: int) -> list[str]:
     return ["--tls-port", str(tls_port), "--tls-replication", "yes", *tls.args()]
 
 
+class NodeArgs(TypedDict, total=False):
+    """The keyword arguments of :class:`DevNode`, as its subclasses pass them on."""
+
+    data_dir: Required[str]
+    port: Required[int]
+    password: str | None
+    appendonly: bool
+    extra_args: Sequence[str]
+    binary: str | None
+    tls: TlsFiles | None
+    tls_port: int | None
+
+
 class DevNode(DevServer):
     """A DevServer of a topology: knows whether it runs and talks to it without retries.
 
-    With ``tls`` (and ``tls_port``) it also serves TLS on ``tls_port`` and
+    A node with a ``password`` requires it from clients and gives it to its
+    primary when it replicates (``requirepass``, ``masterauth``). With
+    ``tls`` (and ``tls_port``) it also serves TLS on ``tls_port`` and
     replicates over TLS; admin calls keep using the plain ``port``.
     """
 
@@ -166,8 +181,14 @@ class DevNode(DevServer):
         return self.tls_port if self.tls_port is not None else self.port
 
     def command(self) -> list[str]:
-        """Return the server command line, with the TLS settings of a TLS node."""
-        args = super().command()
+        """Return the server command line, with the password and TLS settings of this node.
+
+        A replica starts its full sync at once (no diskless-sync delay): a
+        topology is ready sooner.
+        """
+        args = [*super().command(), "--repl-diskless-sync-delay", "0"]
+        if self.password:
+            args += ["--requirepass", self.password, "--masterauth", self.password]
         if self.tls is not None and self.tls_port is not None:
             args += tls_args(self.tls, self.tls_port)
         return args

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, Unpack
 
 import redis
 
@@ -15,15 +13,15 @@ from simplebroker_redis.devserver._node import (
     PROBE_KEY,
     TOPOLOGY_TIMEOUT,
     DevNode,
+    NodeArgs,
     TlsFiles,
     check_password,
-    credentials,
     free_ports,
-    kill_all,
     pairs,
     wait_for,
 )
-from simplebroker_redis.devserver._server import server_binary
+from simplebroker_redis.devserver._server import DevServer
+from simplebroker_redis.devserver._topology import DevTopology
 
 
 class DevSentinel(DevNode):
@@ -34,36 +32,19 @@ class DevSentinel(DevNode):
     (which it announces to the other sentinels); clients keep the plain port.
     """
 
-    def __init__(
-        self,
-        *,
-        data_dir: str,
-        port: int,
-        conf: Sequence[str],
-        password: str | None,
-        binary: str,
-        tls: TlsFiles | None = None,
-        tls_port: int | None = None,
-    ) -> None:
-        super().__init__(
-            password=password,
-            data_dir=data_dir,
-            port=port,
-            binary=binary,
-            tls=tls,
-            tls_port=tls_port,
-        )
+    def __init__(self, *, conf: Sequence[str], **node: Unpack[NodeArgs]) -> None:
+        super().__init__(**node)
         self.conf_path = os.path.join(self.data_dir, "sentinel.conf")
         head = [
-            f"port {port}",
+            f"port {self.port}",
             "bind 127.0.0.1",
             "daemonize no",
             f'dir "{self.data_dir}"',
             f'logfile "{os.path.join(self.data_dir, "server.log")}"',
         ]
-        if tls is not None:
-            head += [f"tls-port {tls_port}", "tls-replication yes"]
-            head += [f'{name} "{value}"' for name, value in tls.settings()]
+        if self.tls is not None:
+            head += [f"tls-port {self.tls_port}", "tls-replication yes"]
+            head += [f'{name} "{value}"' for name, value in self.tls.settings()]
         # The sentinel rewrites this file as it learns; a restart reloads it.
         Path(self.conf_path).write_text("\n".join([*head, *conf]) + "\n", encoding="utf-8")
 
@@ -91,7 +72,7 @@ SENTINEL_DEBUG_TIMINGS: Final[tuple[tuple[str, int], ...]] = (
 )
 
 
-class DevSentinelGroup:
+class DevSentinelGroup(DevTopology):
     """A throwaway Sentinel setup: one primary, ``replicas`` replicas, ``sentinels`` sentinels.
 
     ``password`` protects the data nodes (``requirepass`` and ``masterauth``,
@@ -120,32 +101,21 @@ class DevSentinelGroup:
     ) -> None:
         if replicas < 1 or sentinels < 1 or not service.isidentifier():
             raise ValueError("needs replicas >= 1, sentinels >= 1 and a plain service name")
-        check_password(password)
         check_password(sentinel_password)
-        binary = binary or server_binary()
+        super().__init__(
+            "sentinel", password=password, appendonly=appendonly, binary=binary, tls=tls
+        )
         self.service = service
-        self.password = password
         self.sentinel_password = sentinel_password
-        #: The certificate files of a TLS group (None: plain TCP only).
-        self.tls = tls
-        self.root = tempfile.mkdtemp(prefix="sbredis-sentinel-")
         count = 1 + replicas + sentinels
         ports = free_ports(count if tls is None else 2 * count)  # (plain, then TLS ports)
         tls_ports: list[int | None] = [None] * count if tls is None else list(ports[count:])
         self.nodes: list[DevNode] = [
-            DevNode(
-                password=password,
-                data_dir=os.path.join(self.root, f"data-{i}"),
-                port=ports[i],
-                appendonly=appendonly,
-                binary=binary,
-                tls=tls,
-                tls_port=tls_ports[i],
-            )
+            DevNode(**self._node_args(f"data-{i}", ports[i], tls_ports[i]))
             for i in range(1 + replicas)
         ]
-        for node in self.nodes:
-            node.extra_args = self._data_args(None if node is self.nodes[0] else self.nodes[0])
+        for node in self.nodes[1:]:
+            node.extra_args = self._replica_args(self.nodes[0])
         first = self.nodes[0].announced_port
         conf = [
             f"sentinel monitor {service} 127.0.0.1 {first} {sentinels // 2 + 1}",
@@ -160,26 +130,15 @@ class DevSentinelGroup:
                 f"requirepass {sentinel_password}",
                 f"sentinel sentinel-pass {sentinel_password}",
             ]
-        self.sentinels: list[DevSentinel] = [
-            DevSentinel(
-                data_dir=os.path.join(self.root, f"sentinel-{i - 1 - replicas}"),
-                port=ports[i],
-                conf=conf,
-                password=sentinel_password,
-                binary=binary,
-                tls=tls,
-                tls_port=tls_ports[i],
-            )
-            for i in range(1 + replicas, count)
-        ]
+        self.sentinels: list[DevSentinel] = []
+        for i in range(1 + replicas, count):
+            args = self._node_args(f"sentinel-{i - 1 - replicas}", ports[i], tls_ports[i])
+            args["password"] = sentinel_password
+            self.sentinels.append(DevSentinel(conf=conf, **args))
 
-    def _data_args(self, replicaof: DevNode | None) -> list[str]:
-        args = ["--repl-diskless-sync-delay", "0"]
-        if self.password:
-            args += ["--requirepass", self.password, "--masterauth", self.password]
-        if replicaof is not None:
-            args += ["--replicaof", "127.0.0.1", str(replicaof.announced_port)]
-        return args
+    @staticmethod
+    def _replica_args(primary: DevNode) -> list[str]:
+        return ["--replicaof", "127.0.0.1", str(primary.announced_port)]
 
     @property
     def url(self) -> str:
@@ -189,29 +148,21 @@ class DevSentinelGroup:
         the data nodes, verified with its CA).
         """
         seeds = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        path = f"{credentials(self.password)}{seeds}/{self.service}/0"
-        if self.tls is None:
-            return f"redis+sentinel://{path}"
-        return f"rediss+sentinel://{path}?{self.tls.query}"
+        return self._url(f"{seeds}/{self.service}/0")
 
     @property
     def sentinel_addresses(self) -> list[tuple[str, int]]:
         """Return the sentinels as ``(host, port)`` pairs (``redis.sentinel.Sentinel``'s form)."""
         return [("127.0.0.1", s.port) for s in self.sentinels]
 
-    def start(self, timeout: float = TOPOLOGY_TIMEOUT) -> DevSentinelGroup:
+    def _build(self, timeout: float) -> None:
         """Start data nodes and sentinels; wait until all agree on primary and replicas."""
-        try:
-            for node in [*self.nodes, *self.sentinels]:
-                node.start(timeout)
-            for sentinel in self.sentinels:
-                for name, value in SENTINEL_DEBUG_TIMINGS:
-                    sentinel.call("SENTINEL", "DEBUG", name, value)
-            self.wait_stable(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for node in [*self.nodes, *self.sentinels]:
+            node.start(timeout)
+        for sentinel in self.sentinels:
+            for name, value in SENTINEL_DEBUG_TIMINGS:
+                sentinel.call("SENTINEL", "DEBUG", name, value)
+        self.wait_stable(timeout)
 
     def primary(self) -> DevNode:
         """Return the data node that the first answering sentinel names as primary."""
@@ -354,18 +305,10 @@ class DevSentinelGroup:
         old.kill()
         wait_for("sentinel failover after kill", lambda: self._moved_problem(old), timeout)
         if restart:
-            old.extra_args = self._data_args(replicaof=self.primary())
+            old.extra_args = self._replica_args(self.primary())
             old.start(timeout)
         self.wait_stable(timeout)
         return self.primary()
 
-    def stop(self) -> None:
-        """Kill every data node and sentinel and remove the temp dir."""
-        kill_all([*self.sentinels, *self.nodes])
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> DevSentinelGroup:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _processes(self) -> list[DevServer]:
+        return [*self.sentinels, *self.nodes]

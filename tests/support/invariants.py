@@ -1,70 +1,26 @@
-"""Helpers of the fault suite: stored-state snapshots, canonical forms, invariants.
+"""The storage model's invariants, and snapshots made comparable across runs.
 
-Every check here reads the server directly (never through the backend), so
-a test can state exactly what a fault left behind: the state before the
-operation, the state after it, or nothing else.
+Both read a :func:`support.state.snapshot`, so a test can state exactly what
+an operation left behind: the state before it, the state after it, or
+nothing else.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
-import time
-import traceback
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote
 
 import redis
 
-from simplebroker_redis.keys import ID_WIDTH, Keyspace
+from simplebroker_redis.keys import ID_WIDTH
 from simplebroker_redis.validation import validate_queue_name
+from support.state import snapshot
 
 _ID_RE = re.compile(r"^\d{19}$")
 _TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
 _MEMBER_SETS = ("pending", "reserved", "delayed", "claimed")
-
-
-def prefix(namespace: str) -> str:
-    """Return the key prefix of ``namespace``."""
-    return Keyspace.for_namespace(namespace).prefix
-
-
-def snapshot(raw: redis.Redis, namespace: str) -> dict[str, Any]:
-    """Return every key under the namespace prefix, decoded exactly, by short name."""
-    head = prefix(namespace)
-    out: dict[str, Any] = {}
-    for key in sorted(raw.scan_iter(match=head + "*", count=1000)):
-        short = key[len(head) :]
-        kind = raw.type(key)
-        if kind == "zset":
-            out[short] = raw.zrange(key, 0, -1, withscores=True)
-        elif kind == "hash":
-            out[short] = raw.hgetall(key)
-        elif kind == "string":
-            out[short] = raw.get(key)
-        elif kind == "list":
-            out[short] = raw.lrange(key, 0, -1)
-        elif kind == "set":
-            out[short] = sorted(raw.smembers(key))
-        else:
-            out[short] = kind
-    return out
-
-
-def whole_server(raw: redis.Redis) -> dict[str, Any]:
-    """Return a digest of every key of the database (for "nothing else changed")."""
-    out: dict[str, Any] = {}
-    for key in sorted(raw.scan_iter(count=1000)):
-        out[key] = (raw.type(key), raw.dump(key))
-    return out
 
 
 def _ids_in(state: dict[str, Any]) -> set[str]:
@@ -262,109 +218,3 @@ def _token_violations(
     if not lease_tokens <= set(tokens):
         problems.append(f"leases of unknown tokens {sorted(lease_tokens - set(tokens))[:5]}")
     return problems
-
-
-def backend_connections(raw: redis.Redis, pid: int | None = None) -> list[dict[str, Any]]:
-    """Return CLIENT LIST entries of this process's backend connections (Pub/Sub included)."""
-    owner = os.getpid() if pid is None else pid
-    names = {f"simplebroker-redis:{owner}", f"simplebroker-redis-wake:{owner}"}
-    return [client for client in raw.client_list() if client.get("name") in names]
-
-
-@contextmanager
-def watch_backend_ports(admins: Sequence[redis.Redis]) -> Iterator[set[tuple[str, int]]]:
-    """Yield a set that fills, while the block runs, with this process's backend connections.
-
-    Each is ``(kind, server port)``, kind ``command`` or ``wake`` (Pub/Sub),
-    read from CLIENT LIST of every ``admins`` server every 50 ms and once
-    more at the end (pooled connections still open then are seen however
-    short the block): a test can then tell which port (TLS or plain) each
-    kind of connection used.
-    """
-    seen: set[tuple[str, int]] = set()
-    done = threading.Event()
-
-    def poll_once() -> None:
-        for admin in admins:
-            for client in backend_connections(admin):
-                wake = client["name"].startswith("simplebroker-redis-wake:")
-                kind = "wake" if wake else "command"
-                seen.add((kind, int(client["laddr"].rsplit(":", 1)[1])))
-
-    def poll() -> None:
-        while not done.is_set():
-            poll_once()
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=poll, daemon=True, name="watch-backend-ports")
-    watcher.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        watcher.join(10)
-    poll_once()
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, interval: float = 0.02, what: str = ""
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
-
-
-# -- passwords and the CLI ---------------------------------------------------------------
-
-#: A password with every character that needs quoting in a URL.
-SECRET = "pa:ss/w@rd%?#-" + uuid.uuid4().hex[:8]
-QUOTED = quote(SECRET, safe="")
-
-
-def texts_of(exc: BaseException) -> str:
-    """Return everything an exception can show: str, repr, the formatted chain."""
-    return "\n".join([str(exc), repr(exc), *traceback.format_exception(exc)])
-
-
-def assert_secret_free(*texts: str) -> None:
-    """Fail if any text shows SECRET (raw or URL-quoted) or the wrong password hunter2."""
-    for text in texts:
-        for form in (SECRET, QUOTED, "hunter2"):
-            assert form not in text, (
-                f"password leaked: ...{text[max(0, text.find(form) - 60) :][:160]}"
-            )
-
-
-def broker_cli(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run SimpleBroker's ``broker`` CLI in ``cwd`` (extra environment in ``env``)."""
-    cli = Path(sys.executable).with_name("broker")
-    return subprocess.run(
-        [str(cli), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def write_project(
-    directory: Path, target: str, namespace: str, *, scripting: str = "functions"
-) -> Path:
-    """Write a ``.broker.toml`` for the redis backend into ``directory``; return it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / ".broker.toml").write_text(
-        f'version = 1\nbackend = "redis"\ntarget = "{target}"\n\n'
-        f'[backend_options]\nnamespace = "{namespace}"\nscripting = "{scripting}"\n',
-        encoding="utf-8",
-    )
-    return directory
