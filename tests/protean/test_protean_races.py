@@ -21,7 +21,7 @@ COUNT = 200
 
 CONSUMER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     from protean.domain import Domain
     from protean_simplebroker import SimpleBrokerBroker
     import papp
@@ -32,6 +32,7 @@ CONSUMER = textwrap.dedent(
     seen = 0
     while seen < int(sys.argv[1]):
         for identifier, payload in broker.read_blocking("race", "g", "c", timeout_ms=500, count=7):
+            time.sleep(0.01)  # a handler's work: 200 take one process 2 s, so all share them
             line = {"id": identifier, "n": payload["n"], "pid": os.getpid()}
             with open(log, "a") as out:
                 out.write(json.dumps(line) + "\\n")
