@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from taskiq.acks import AckableMessage
@@ -25,7 +25,7 @@ from simplebroker_redis.types import DeadLetterEntry
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
 from .codec import encode_body
-from .connection import close_runner, make_runner, pool_size
+from .connection import DurableServerKeywords, close_runner, open_runner
 from .deadletters import report_dead_letter
 from .errors import ConfigurationError, LabelError, is_transient
 from .eviction import check_server as check_eviction
@@ -71,8 +71,6 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             ``redis+sentinel://`` URL. Default:
             ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
             project's ``.broker.toml`` (see :mod:`.connection`).
-        runner: An existing :class:`~simplebroker_redis.aio.AsyncRedisRunner`
-            to share (with a result backend or schedule source) instead of ``url``.
         queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
             routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
         queues: Several queues a worker listens on, in strict order (all
@@ -80,8 +78,6 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             first unless labelled ``queue_name``. Instead of ``queue``.
         priorities: Honour ``priority`` labels 0-9 (see :mod:`.routing`):
             workers also read ``<queue>.p1`` .. ``<queue>.p9``, highest first.
-        namespace: SimpleBroker namespace (default: the ``.broker.toml``'s
-            when the server comes from there, else the backend's default).
         prefetch: Most tasks a worker reserves ahead of Taskiq (fetched, not
             yet handed to it); also the most it reserves in one round trip.
             How many run at once is ``taskiq worker --max-async-tasks``.
@@ -96,19 +92,32 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             redeliver forever).
         dead_letter_queue: Queue for dead letters (default ``<queue>.dead``
             for each listened queue; given, it serves them all).
-        max_connections: Size of the connection pool (default 50, or the
-            ``.broker.toml``'s); ``max_connection_pool_size`` is accepted too.
         allow_eviction: Start even if the server's ``maxmemory-policy`` is
             ``allkeys-*`` (it may then evict queued tasks).
         result_backend: Taskiq's result backend (or use ``with_result_backend``).
         task_id_generator: Taskiq's task ID generator.
         shards: Spread the queue over this many namespaces (hash slots, so
             cluster nodes); see :mod:`.shards`. 1: the namespace itself.
-        wait_replicas, wait_timeout, wait_aof: Durability backend options
-            (WAIT/WAITAOF after every state change); default: the project's.
-        sentinel_password: Password of the sentinels (``redis+sentinel://``).
-        connection_kwargs: redis-py connection options (see
-            :data:`.connection.URL_OPTIONS`).
+        server: Where to connect (the keywords of
+            :class:`~.connection.DurableServerKeywords`, which the result
+            backend takes too):
+
+            - ``runner``: an existing
+              :class:`~simplebroker_redis.aio.AsyncRedisRunner` to share
+              (with a result backend or schedule source) instead of ``url``;
+            - ``namespace``: SimpleBroker namespace (default: the
+              ``.broker.toml``'s when the server comes from there, else the
+              backend's default);
+            - ``max_connections``: size of the connection pool (default 50,
+              or the ``.broker.toml``'s); ``max_connection_pool_size`` is
+              accepted too;
+            - ``wait_replicas``, ``wait_timeout``, ``wait_aof``: durability
+              backend options (WAIT/WAITAOF after every state change);
+              default: the project's;
+            - ``sentinel_password``: password of the sentinels
+              (``redis+sentinel://``);
+            - redis-py connection options (``socket_timeout``, ``username``,
+              ``password``, ``ssl_*``...: :data:`.connection.URL_OPTIONS`).
 
     """
 
@@ -116,43 +125,24 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self,
         url: str | None = None,
         *,
-        # Its connection keywords (runner, namespace, the pool, wait_*,
-        # sentinel_password, **connection_kwargs) are declared again, typed, by
-        # the result backend and the schedule source for the ones they take;
-        # make_runner reads them all in one place.
-        runner: AsyncRedisRunner | None = None,
         queue: str | None = None,
         queue_name: str | None = None,
         queues: Sequence[str] | None = None,
         priorities: bool = True,
-        namespace: str | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         heartbeat_interval: float | None = None,
         recover_interval: float | None = None,
         max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
         dead_letter_queue: str | None = None,
-        max_connections: int | None = None,
-        max_connection_pool_size: int | None = None,
         allow_eviction: bool = False,
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
         shards: int = 1,
-        wait_replicas: int | None = None,
-        wait_timeout: float | None = None,
-        wait_aof: bool | None = None,
-        sentinel_password: str | None = None,
-        **connection_kwargs: Any,
+        **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        pool = pool_size(max_connections, max_connection_pool_size)
-        durability = {
-            "wait_replicas": wait_replicas,
-            "wait_timeout": wait_timeout,
-            "wait_aof": wait_aof,
-            "sentinel_password": sentinel_password,
-        }
-        self.runner = make_runner(url, runner, namespace, pool, {**durability, **connection_kwargs})
+        self.runner, _ = open_runner(url, server)
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]

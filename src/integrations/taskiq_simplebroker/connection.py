@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from simplebroker import Config, resolve_config
@@ -128,6 +128,74 @@ def environment_config() -> Config:
         return resolve_config(env=os.environ)
     except (BrokerError, ValueError) as exc:
         raise ConfigurationError(f"invalid SimpleBroker setting in the environment: {exc}") from exc
+
+
+class ServerKeywords(TypedDict, total=False):
+    """Where a Taskiq class connects: the keywords all three classes take.
+
+    A ``runner`` to share (then no other keyword), or what a runner made
+    here from ``url`` uses: the namespace, the pool, and redis-py
+    connection options (:data:`URL_OPTIONS`, ``username``, ``password``).
+    Declared once, as typed keywords (``**server: Unpack[ServerKeywords]``),
+    and read in one place, :func:`open_runner`.
+    """
+
+    runner: AsyncRedisRunner | None
+    namespace: str | None
+    max_connections: int | None
+    max_connection_pool_size: int | None  # taskiq-redis's name for max_connections
+    username: str
+    password: str
+    socket_timeout: float
+    socket_connect_timeout: float
+    socket_keepalive: bool
+    health_check_interval: int
+    client_name: str
+    ssl_certfile: str
+    ssl_keyfile: str
+    ssl_ca_certs: str
+    ssl_ca_path: str
+    ssl_cert_reqs: str
+    ssl_check_hostname: bool
+
+
+class DurableServerKeywords(ServerKeywords, total=False):
+    """:class:`ServerKeywords` and the backend options of :data:`BACKEND_KEYWORDS`."""
+
+    wait_replicas: int | None
+    wait_timeout: float | None
+    wait_aof: bool | None
+    sentinel_password: str | None
+
+
+def open_runner(
+    url: str | None,
+    server: ServerKeywords,
+    *,
+    default_max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    backend_keywords: Iterable[str] = BACKEND_KEYWORDS,
+) -> tuple[AsyncRedisRunner, bool]:
+    """Return the runner a Taskiq class uses, and whether it made (and so owns) it.
+
+    ``server`` holds the class's connection keywords as given (see
+    :class:`ServerKeywords`); an unknown one is refused by :func:`make_runner`.
+    """
+    keywords: dict[str, Any] = dict(server)
+    runner = keywords.pop("runner", None)
+    namespace = keywords.pop("namespace", None)
+    pool = pool_size(
+        keywords.pop("max_connections", None), keywords.pop("max_connection_pool_size", None)
+    )
+    made = make_runner(
+        url,
+        runner,
+        namespace,
+        pool,
+        keywords,
+        default_max_connections=default_max_connections,
+        backend_keywords=backend_keywords,
+    )
+    return made, runner is None
 
 
 def pool_size(max_connections: int | None, max_connection_pool_size: int | None) -> int | None:

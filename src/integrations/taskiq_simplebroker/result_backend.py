@@ -16,7 +16,7 @@ acknowledgement (see :mod:`.runtime`).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from pydantic import BaseModel
 from taskiq import AsyncResultBackend, TaskiqResult
@@ -28,7 +28,7 @@ from simplebroker_redis.types import ValueWrite
 
 from .codec import decode_body, encode_body
 from .commit import ResultWrite
-from .connection import close_runner, make_runner, pool_size
+from .connection import DurableServerKeywords, close_runner, open_runner
 from .errors import ConfigurationError, ResultIsMissingError
 from .eviction import check_server
 from .runtime import Runtime
@@ -54,11 +54,9 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
     """Results and progress of Taskiq tasks, stored in a SimpleBroker namespace.
 
     Args:
-        url, runner, namespace, max_connections, max_connection_pool_size,
-            allow_eviction: As for the broker
-            (:class:`~.broker.SimpleBrokerTaskiqBroker`); typically
-            ``runner=broker.runner``. ``redis_url`` is taskiq-redis's name
-            for ``url``.
+        url, allow_eviction: As for the broker
+            (:class:`~.broker.SimpleBrokerTaskiqBroker`). ``redis_url`` is
+            taskiq-redis's name for ``url``.
         keep_results: False: a result is consumed (deleted, with its
             progress) by the first ``get_result``, atomically.
         result_ex_time: Expire results and progress after this many seconds.
@@ -67,9 +65,9 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         serializer: A Taskiq serializer; default: pydantic's JSON.
         shards: The broker's ``shards``: results live in the shard of their
             task ID (see :mod:`.shards`).
-        connection_kwargs: As for the broker: ``wait_replicas``,
-            ``wait_timeout``, ``wait_aof``, ``sentinel_password`` and
-            redis-py connection options, for a runner made from ``url``.
+        server: Where to connect, as for the broker
+            (:class:`~.connection.DurableServerKeywords`); typically
+            ``runner=broker.runner``.
 
     """
 
@@ -77,27 +75,20 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         self,
         url: str | None = None,
         *,
-        # The broker's connection keywords that this class takes, declared again
-        # (typed) as the broker declares them; make_runner reads them all.
-        runner: AsyncRedisRunner | None = None,
-        namespace: str | None = None,
         keep_results: bool = True,
         result_ex_time: int | None = None,
         result_px_time: int | None = None,
         serializer: TaskiqSerializer | None = None,
-        max_connections: int | None = None,
-        max_connection_pool_size: int | None = None,
         allow_eviction: bool = False,
         redis_url: str | None = None,
         shards: int = 1,
-        **connection_kwargs: Any,
+        **server: Unpack[DurableServerKeywords],
     ) -> None:
         if url is not None and redis_url is not None:
             raise ConfigurationError("pass url or redis_url, not both")
-        self._owns_runner = runner is None
-        pool = pool_size(max_connections, max_connection_pool_size)
-        url = url if redis_url is None else redis_url
-        self.runner = make_runner(url, runner, namespace, pool, connection_kwargs)
+        self.runner, self._owns_runner = open_runner(
+            url if redis_url is None else redis_url, server
+        )
         self.shards = check_shards(shards)
         self._shard_runners = shard_runners(self.runner, self.shards)
         self._runtimes: dict[str, Runtime] = {}  #: by shard namespace

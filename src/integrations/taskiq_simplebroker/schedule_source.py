@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final, Unpack
 
 from pydantic import ValidationError
 from taskiq import ScheduleSource
@@ -35,11 +35,10 @@ from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis import ReplicationTimeout, calls
-from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.types import LostRun, ScheduleKind
 from simplebroker_redis.validation import number_problem
 
-from .connection import close_runner, make_runner, pool_size
+from .connection import ServerKeywords, close_runner, open_runner
 from .errors import ConfigurationError, ScheduleError, is_transient
 
 logger = logging.getLogger("taskiq_simplebroker")
@@ -122,11 +121,11 @@ class SimpleBrokerScheduleSource(ScheduleSource):
     """Stores Taskiq schedules in a SimpleBroker namespace; each due run is sent once.
 
     Args:
-        url, runner, namespace, max_connections, max_connection_pool_size,
-            connection_kwargs: As for the broker
-            (:class:`~.broker.SimpleBrokerTaskiqBroker`), but a pool made
-            here has 10 connections by default and takes no durability
-            options (``wait_*``); typically ``runner=broker.runner``.
+        url, server: As for the broker
+            (:class:`~.broker.SimpleBrokerTaskiqBroker`; the keywords of
+            :class:`~.connection.ServerKeywords`), but a pool made here has
+            10 connections by default and takes no durability options
+            (``wait_*``); typically ``runner=broker.runner``.
         claim_seconds: How long a claimed run may stay unsent (its scheduler
             died) before another scheduler sends it.
 
@@ -136,29 +135,15 @@ class SimpleBrokerScheduleSource(ScheduleSource):
         self,
         url: str | None = None,
         *,
-        # The broker's connection keywords that this class takes, declared again
-        # (typed) as the broker declares them; make_runner reads them all.
-        runner: AsyncRedisRunner | None = None,
-        namespace: str | None = None,
         claim_seconds: float = DEFAULT_CLAIM_SECONDS,
-        max_connections: int | None = None,
-        max_connection_pool_size: int | None = None,
-        **connection_kwargs: Any,
+        **server: Unpack[ServerKeywords],
     ) -> None:
         problem = number_problem(claim_seconds, bound=0, side=">")
         if problem is not None:
             raise ConfigurationError(f"claim_seconds must be {problem}")
         self.claim_seconds = float(claim_seconds)
-        self._owns_runner = runner is None
-        pool = pool_size(max_connections, max_connection_pool_size)
-        self.runner = make_runner(
-            url,
-            runner,
-            namespace,
-            pool,
-            connection_kwargs,
-            default_max_connections=DEFAULT_MAX_CONNECTIONS,
-            backend_keywords=(),
+        self.runner, self._owns_runner = open_runner(
+            url, server, default_max_connections=DEFAULT_MAX_CONNECTIONS, backend_keywords=()
         )
         self._lost: dict[str, LostRun] = {}  #: lost runs listed last, by their schedule_id
         self._claims: dict[str, _Claim] = {}  #: claimed runs not confirmed yet
