@@ -247,6 +247,7 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     ids = [app.send_task("record", (f"t{i:02d}",)).id for i in range(count)]
     seen: list[str] = []
     monitoring = threading.Event()
+    marker = f"monitor-end-{namespace}"
 
     def monitor() -> None:
         client = redis.Redis.from_url(redis_url)
@@ -255,10 +256,11 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
             for command in feed.listen():
                 if namespace in command["command"]:
                     seen.append(command["command"])
-                if stopped.is_set():
+                # Not an event set after the results: the feed may still hold
+                # commands from before it (the last stores), read after it.
+                if marker in command["command"]:
                     return
 
-    stopped = threading.Event()
     thread = threading.Thread(target=monitor, daemon=True)
     thread.start()
     assert monitoring.wait(10)
@@ -266,9 +268,9 @@ def test_a_solo_worker_reserves_its_next_tasks_with_each_result(
     assert [AsyncResult(i, app=app).get(timeout=60) for i in ids] == [
         f"t{i:02d}" for i in range(count)
     ]
-    stopped.set()
-    app.send_task("record", ("last",)).get(timeout=30)  # a command the monitor sees: it returns
+    app.send_task("record", (marker,)).get(timeout=30)  # its send ends the monitor's feed
     thread.join(10)
+    assert not thread.is_alive()
     functions = [command.split()[1] for command in seen]
     stores = [name for name in functions if name.endswith("celery_store")]
     reservations = [name for name in functions if name.endswith("reserve_queues")]
