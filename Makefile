@@ -61,6 +61,7 @@ bench: install
 # takes a Protean sdist, source tree or git directory (default: the installed
 # version's sdist, kept in .peer/). A few minutes; not part of `make test`.
 peer-tests-protean: install
+	$(BIN)/python -m pip install -q httpx  # Protean's tests/conftest.py imports starlette's TestClient
 	$(BIN)/python peer/protean/run.py $(if $(PROTEAN_SOURCE),--protean $(PROTEAN_SOURCE))
 
 # kombu's own integration tests on our transport beside kombu's redis:// (about
