@@ -7,7 +7,16 @@ name carries a hash of its text), alternating every 100 operations in one
 process, so the machine's changing load hits both builds alike. The figure
 is the server's CPU per operation (its threads' scheduler time, read from
 /proc between blocks), the cost the counters add where they run, with the
-client's wall time beside it.
+client's wall time beside it. On a shared machine that total moves by
+5-10 % between runs, more than the counters cost, so the section also
+reads the scripts' own execution time (``INFO commandstats``, the
+``FCALL`` microseconds the server measures around each script, the
+replies' I/O and the event loop left out) between blocks, a median over
+the blocks so that one the OS preempted the server in does not count:
+the difference between the two builds' script time is what the counters
+add, and its share of the server's CPU per operation is the budget's
+figure. ``HINCRBY``'s own time (the counters' one command) is reported
+beside it.
 
 Scrape: ``observe.read_namespace`` (``depths.lua``) of a namespace with
 1,000 and 10,000 queues: round trips, wall time, and the script's server
@@ -88,7 +97,18 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
     core = RedisBrokerCore(runner, config=resolve_config(override={"BROKER_AUTO_VACUUM": 0}))
     leases = Leases(runner)
     client = redis.Redis.from_url(url)
-    totals = {mode: {op: {"n": 0, "cpu": 0.0, "wall": 0.0} for op in OPS} for mode in MODES}
+    totals = {
+        mode: {op: {"n": 0, "cpu": 0.0, "wall": 0.0, "script": [], "hincrby": 0} for op in OPS}
+        for mode in MODES
+    }
+
+    def script_usec() -> tuple[int, int]:
+        """Return the microseconds of FCALL and of HINCRBY (the counters' command)."""
+        stats = client.info("commandstats")
+        return tuple(  # type: ignore[return-value]
+            int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in ("fcall", "hincrby")
+        )
+
     try:
         core.write("warm", BODY)  # loads the shipped library, initializes the namespace
         client.function_load(empty_text, replace=True)
@@ -109,13 +129,17 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
                     core.write("c", BODY)
                 for op in OPS:
                     body = bodies[op]
+                    script0 = script_usec()  # outside the CPU reading: INFO costs too
                     cpu0 = task_cpu_seconds(server_pid)
                     started = time.perf_counter()
                     for _ in range(block):
                         body()
                     wall = time.perf_counter() - started
                     cpu1 = task_cpu_seconds(server_pid)
+                    script1 = script_usec()
                     row = totals[mode][op]
+                    row["script"].append((script1[0] - script0[0]) / block)
+                    row["hincrby"] += script1[1] - script0[1]
                     row["n"] += block
                     row["cpu"] += cpu1 - cpu0
                     row["wall"] += wall
@@ -126,6 +150,10 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
                 op: {
                     "server_cpu_us_per_op": row["cpu"] / row["n"] * 1e6,
                     "wall_us_per_op": row["wall"] / row["n"] * 1e6,
+                    # Median over blocks: a block the OS preempted the
+                    # server in does not move it.
+                    "script_us_per_op": median(row["script"]),
+                    "hincrby_us_per_op": row["hincrby"] / row["n"],
                 }
                 for op, row in totals[mode].items()
             }
@@ -166,9 +194,19 @@ def counter_cost(server: Server, *, reps: int, quick: bool, progress: Any = None
         for mode in MODES:
             row[mode] = {
                 key: median([s[key] for s in samples[mode][op]])
-                for key in ("wall_us_per_op", "server_cpu_us_per_op")
+                for key in (
+                    "wall_us_per_op",
+                    "server_cpu_us_per_op",
+                    "script_us_per_op",
+                    "hincrby_us_per_op",
+                )
             }
         on, off = row["counters"], row["no-counters"]
+        # What the counters add to the scripts, as a share of all the server's
+        # CPU for the operation (script, I/O, event loop): the budget's figure.
+        added = on["script_us_per_op"] - off["script_us_per_op"]
+        row["script_added_us"] = added
+        row["script_cost_pct"] = 100 * added / off["server_cpu_us_per_op"]
         for name, key in (
             ("cpu_overhead_pct", "server_cpu_us_per_op"),
             ("wall_overhead_pct", "wall_us_per_op"),
@@ -277,6 +315,32 @@ def report(result: dict[str, Any]) -> str:
     head += ["wall µs/op, no counters", "with counters", "cost"]
     text = f"Script counters (median of {counters['reps']} reps x {counters['n']} ops)\n\n"
     text += render_table(head, rows)
+    script_rows = [
+        [
+            op,
+            f"{row['no-counters']['script_us_per_op']:.1f}",
+            f"{row['counters']['script_us_per_op']:.1f}",
+            f"{row['script_added_us']:+.2f}",
+            f"{row['script_cost_pct']:+.1f} %",
+            f"{row['counters']['hincrby_us_per_op']:.2f}",
+        ]
+        for op, row in counters["ops"].items()
+        if "script_cost_pct" in row
+    ]
+    text += "\n\nScript time (FCALL µs/op from INFO commandstats) and the counters' share\n"
+    text += "of the server's CPU per operation (no-counters column above); HINCRBY µs/op\n"
+    text += "is the counter command's own time, without Lua's call into it\n\n"
+    text += render_table(
+        [
+            "operation",
+            "script µs/op, no counters",
+            "with counters",
+            "added µs",
+            "cost",
+            "HINCRBY µs/op",
+        ],
+        script_rows,
+    )
     scrape_rows = [
         [
             str(s["queues"]),
