@@ -242,7 +242,7 @@ class TaskSpans:
         carrier: dict[str, str] = {}
         self._propagate.inject(carrier, context=self._trace.set_span_in_context(span))
         self._keep(("send", task_id), span)
-        return {name: value for name, value in carrier.items() if name in TRACE_FIELDS}
+        return {key: value for key, value in carrier.items() if key in TRACE_FIELDS}
 
     def sent(self, task_id: str) -> None:
         """End the send span of ``task_id`` (the message is stored)."""
