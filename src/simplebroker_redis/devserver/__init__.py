@@ -15,7 +15,6 @@ from simplebroker_redis.devserver._node import (
     TOPOLOGY_TIMEOUT,
     DevNode,
     TlsFiles,
-    free_ports,
     wait_for,
 )
 from simplebroker_redis.devserver._sentinel import DevSentinel, DevSentinelGroup
@@ -23,6 +22,7 @@ from simplebroker_redis.devserver._server import (
     SERVER_ENV,
     DevServer,
     free_port,
+    free_ports,
     main,
     server_binary,
 )

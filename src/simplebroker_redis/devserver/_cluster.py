@@ -13,10 +13,9 @@ from simplebroker_redis.devserver._node import (
     DevNode,
     NodeArgs,
     TlsFiles,
-    free_ports,
     wait_for,
 )
-from simplebroker_redis.devserver._server import DevServer
+from simplebroker_redis.devserver._server import DevServer, free_ports
 from simplebroker_redis.devserver._topology import DevTopology
 
 #: Number of hash slots of a Redis Cluster.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -26,18 +25,6 @@ PROBE_KEY: Final[str] = "__devserver:probe"
 
 #: A readiness check: ``None`` when ready, else what is still missing.
 Check = Callable[[], "str | None"]
-
-
-def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports that are free right now on 127.0.0.1."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def wait_for(what: str, check: Check, timeout: float) -> None:

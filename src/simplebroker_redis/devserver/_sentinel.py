@@ -16,11 +16,10 @@ from simplebroker_redis.devserver._node import (
     NodeArgs,
     TlsFiles,
     check_password,
-    free_ports,
     pairs,
     wait_for,
 )
-from simplebroker_redis.devserver._server import DevServer
+from simplebroker_redis.devserver._server import DevServer, free_ports
 from simplebroker_redis.devserver._topology import DevTopology
 
 

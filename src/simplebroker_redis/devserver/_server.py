@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,11 +48,60 @@ def server_binary() -> str:
     return path
 
 
+#: Where dev servers take their ports when the kernel's ephemeral range leaves room.
+PORT_RANGE: Final[tuple[int, int]] = (10000, 32768)
+
+
+def _ephemeral_low() -> int:
+    """Return the lowest port the kernel hands to outgoing connections."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_RANGE[1]
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports that are free right now on 127.0.0.1.
+
+    The ports come from below the kernel's ephemeral range: a port taken from
+    that range (``bind(0)``) can be handed to one of the many client
+    connections a test run opens between this call and the server's own bind,
+    and the server then exits with "Address already in use".
+    """
+    low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low())
+    socks: list[socket.socket] = []
+    try:
+        if high - low < 100 * count:  # no room below the ephemeral range: the kernel picks
+            for _ in range(count):
+                socks.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                socks[-1].bind(("127.0.0.1", 0))
+        else:
+            pick = random.SystemRandom()
+            for _ in range(1000 * count):
+                port = pick.randrange(low, high)
+                if any(port == s.getsockname()[1] for s in socks):
+                    continue
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    sock.close()
+                    continue
+                socks.append(sock)
+                if len(socks) == count:
+                    break
+            else:
+                raise OSError(f"no {count} free TCP ports in {low}-{high - 1} on 127.0.0.1")
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def free_port() -> int:
-    """Return a TCP port that is free right now on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port that is free right now on 127.0.0.1 (see ``free_ports``)."""
+    return free_ports(1)[0]
 
 
 class DevServer:
@@ -73,6 +123,8 @@ class DevServer:
         self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="sbredis-server-"))
         os.makedirs(self.data_dir, exist_ok=True)
         self.port = 0 if unix_socket else (port or free_port())
+        #: Whether ``start`` may move to another port when this one was taken meanwhile.
+        self._own_port = not unix_socket and not port
         self.socket_path = os.path.join(self.data_dir, "server.sock") if unix_socket else None
         self.appendonly = appendonly
         self.extra_args = list(extra_args)
@@ -102,29 +154,59 @@ class DevServer:
             "--daemonize",
             "no",
             "--logfile",
-            os.path.join(self.data_dir, "server.log"),
+            str(self._log_path()),
         ]
         if self.socket_path:
             args += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
         return args + self.extra_args
 
     def start(self, timeout: float = 10.0) -> DevServer:
-        """Start the process and wait until it answers PING."""
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        """Start the process and wait until it answers PING.
+
+        A port this server chose itself may be taken by another process between
+        the choice and the server's bind; the server then exits at once, and it
+        starts again on another port (a few times) instead of failing.
+        """
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+        for attempt in range(5):
+            log_start = self._log_size()
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    break
+                if self.ping():
+                    return self
+                time.sleep(0.02)
+            else:
+                self.kill()
+                raise RuntimeError(f"server did not answer within {timeout}s")
+            if not (self._own_port and attempt < 4 and self._port_was_taken(log_start)):
                 raise RuntimeError(f"server exited early; see {self.data_dir}/server.log")
-            if self.ping():
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"server did not answer within {timeout}s")
+            self.port = free_port()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _log_path(self) -> Path:
+        return Path(self.data_dir, "server.log")
+
+    def _log_size(self) -> int:
+        try:
+            return self._log_path().stat().st_size
+        except OSError:
+            return 0
+
+    def _port_was_taken(self, log_start: int) -> bool:
+        """Return whether what the server logged since ``log_start`` says its port was in use."""
+        try:
+            with self._log_path().open("rb") as log:
+                log.seek(log_start)
+                return b"Address already in use" in log.read()
+        except OSError:
+            return False
 
     def ping(self) -> bool:
         """Return whether the server answers PING right now."""
