@@ -48,6 +48,9 @@ def server_binary() -> str:
     return path
 
 
+#: Starts of a server whose self-chosen port was taken before it bound it.
+START_ATTEMPTS: Final[int] = 5
+
 #: Where dev servers take their ports when the kernel's ephemeral range leaves room.
 PORT_RANGE: Final[tuple[int, int]] = (10000, 32768)
 
@@ -79,12 +82,9 @@ def free_ports(count: int) -> list[int]:
         else:
             pick = random.SystemRandom()
             for _ in range(1000 * count):
-                port = pick.randrange(low, high)
-                if any(port == s.getsockname()[1] for s in socks):
-                    continue
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                try:
-                    sock.bind(("127.0.0.1", port))
+                try:  # fails on a port in use, ours of this call included (no SO_REUSEADDR)
+                    sock.bind(("127.0.0.1", pick.randrange(low, high)))
                 except OSError:
                     sock.close()
                     continue
@@ -168,7 +168,7 @@ class DevServer:
         starts again on another port (a few times) instead of failing.
         """
         deadline = time.monotonic() + timeout
-        for attempt in range(5):
+        for attempt in range(1, START_ATTEMPTS + 1):
             log_start = self._log_size()
             self.process = subprocess.Popen(
                 self.command(),
@@ -185,8 +185,9 @@ class DevServer:
             else:
                 self.kill()
                 raise RuntimeError(f"server did not answer within {timeout}s")
-            if not (self._own_port and attempt < 4 and self._port_was_taken(log_start)):
-                raise RuntimeError(f"server exited early; see {self.data_dir}/server.log")
+            last = attempt == START_ATTEMPTS
+            if last or not (self._own_port and self._port_was_taken(log_start)):
+                raise RuntimeError(f"server exited early; see {self._log_path()}")
             self.port = free_port()
         raise AssertionError("unreachable")  # pragma: no cover
 
