@@ -1,17 +1,24 @@
 # simplebroker-redis developer commands. Everything runs in ./.venv, which
-# `make install` creates from pyproject.toml (no system packages needed).
+# `make install` creates from pyproject.toml and the tested versions in
+# constraints.txt (no system packages needed).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# The versions installed: the lock of tested versions (empty: the newest
+# releases pyproject.toml's ranges allow).
+CONSTRAINTS ?= constraints.txt
+EXTRAS := dev,hiredis,taskiq,celery,protean
+PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install lint typecheck pytest test demo demo-celery demo-protean bench server clean \
-	peer-tests peer-tests-celery peer-tests-kombu peer-tests-protean
+.PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \
+	demo-protean bench server clean peer-tests peer-tests-celery peer-tests-kombu \
+	peer-tests-protean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev,hiredis,taskiq,celery,protean]'
+	$(PIP_INSTALL) $(PIP_FLAGS) -e '.[$(EXTRAS)]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -33,6 +40,29 @@ pytest: install
 
 test: lint typecheck pytest
 
+# The whole of `make test` on the newest releases the ranges allow, in its own
+# venv, reinstalled each time (not part of CI: it shows drift before a `make
+# lock` takes it in).
+test-latest:
+	rm -f .venv-latest/.installed
+	$(MAKE) test VENV=.venv-latest CONSTRAINTS= PIP_FLAGS='--upgrade --upgrade-strategy eager'
+
+# The suite on the oldest releases pyproject.toml accepts (constraints-oldest.txt
+# pins each declared lower bound); not part of CI.
+test-oldest:
+	rm -f .venv-oldest/.installed
+	$(MAKE) pytest VENV=.venv-oldest CONSTRAINTS=constraints-oldest.txt
+
+# Rewrites constraints.txt from the newest releases, every extra included.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q -e '.[$(EXTRAS),server,metrics,dashboard,otel,bench]'
+	{ sed -n '/^#/p' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable; } \
+		> constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .venv-lock
+
 # A local server for development: the bundled Valkey, AOF with fsync always,
 # data kept in $(SERVER_DIR); it prints its URL and runs until Ctrl-C. (The
 # server changes into its --dir, so the path must be absolute.)
@@ -52,7 +82,7 @@ demo-protean: install
 	$(BIN)/python examples/protean_demo.py $(DEMO_ARGS)
 
 bench: install
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(PIP_INSTALL) -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
 # Protean's own broker tests (its capability suite, the BLOCKING_READ tests and
@@ -82,4 +112,4 @@ peer-tests-celery: install
 peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean
 
 clean:
-	rm -rf $(VENV) .demo .server .peer .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

@@ -24,8 +24,8 @@ Every topology ends in the same object above this module: a plain
   namespace's node keeps FCALL, ``WAIT`` pipelines, ``SCAN`` and ``SSUBSCRIBE``
   identical on every topology.
 
-Clients never retry a command on their own (``Retry(NoBackoff(), 0)``): a
-lost reply may hide a committed write; :mod:`.runner` decides what may be
+Clients never retry a command on their own (``Retry(NoBackoff(), 0)``, the
+asyncio ``Retry`` for asyncio clients): a lost reply may hide a committed write; :mod:`.runner` decides what may be
 repeated (:class:`Route` and :class:`AsyncRoute` carry its redirections).
 """
 
@@ -45,6 +45,7 @@ import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.retry import Retry
 from simplebroker import resolve_config
 
@@ -80,6 +81,11 @@ _NO_SETINFO: Final[dict[str, Any]] = (
     if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
     else {"lib_name": None, "lib_version": None}
 )
+
+
+def _no_retry(aio: bool) -> Retry | AsyncRetry:
+    """Return redis-py's "never retry" policy for a sync or an asyncio client."""
+    return AsyncRetry(NoBackoff(), 0) if aio else Retry(NoBackoff(), 0)
 
 
 def config_settings(config: Mapping[str, Any] | None) -> tuple[float, str]:
@@ -166,13 +172,19 @@ class Connections:
         """Return whether the primary may move (Cluster, Sentinel): refusals are retried."""
         return self.kind != "single"
 
-    def client_kwargs(self, *, label: str = "simplebroker-redis") -> dict[str, Any]:
-        """Return the redis-py connection options every client of this target uses."""
+    def client_kwargs(
+        self, *, label: str = "simplebroker-redis", aio: bool = False
+    ) -> dict[str, Any]:
+        """Return the redis-py connection options every client of this target uses.
+
+        ``aio``: for an asyncio client, which takes redis-py's asyncio ``Retry``
+        (redis-py 8 converts a sync one with a warning in every process).
+        """
         kwargs: dict[str, Any] = {
             "decode_responses": True,
             "socket_connect_timeout": CONNECT_TIMEOUT,
             "socket_timeout": COMMAND_TIMEOUT,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": _no_retry(aio),
             "client_name": f"{label}:{os.getpid()}",
             **_NO_SETINFO,
         }
@@ -180,21 +192,21 @@ class Connections:
             kwargs["password"] = self._password
         return kwargs
 
-    def _subscriber_kwargs(self) -> dict[str, Any]:
+    def _subscriber_kwargs(self, aio: bool = False) -> dict[str, Any]:
         # A subscribed connection idles between messages: no read timeout.
         # RESP2: redis-py reads a RESP3 PONG on a subscribed connection as a
         # garbled message, and the listeners rely on PING answers.
-        kwargs = self.client_kwargs(label="simplebroker-redis-wake")
+        kwargs = self.client_kwargs(label="simplebroker-redis-wake", aio=aio)
         kwargs.update(socket_timeout=None, protocol=2)
         if self.spec.scheme != "unix":  # a TCP option: unix sockets refuse it
             kwargs["socket_keepalive"] = True
         return kwargs
 
-    def _pool_kwargs(self) -> dict[str, Any]:
+    def _pool_kwargs(self, aio: bool = False) -> dict[str, Any]:
         return {
             "max_connections": self.max_connections,
             "timeout": self.pool_timeout,
-            **self.client_kwargs(),
+            **self.client_kwargs(aio=aio),
         }
 
     # -- where the namespace lives ------------------------------------------------
@@ -208,11 +220,11 @@ class Connections:
             parsed["ssl"] = True  # only SSLConnection is set by a rediss URL
         return {**parsed, **kwargs}
 
-    def _sentinel_kwargs(self) -> dict[str, Any]:
+    def _sentinel_kwargs(self, aio: bool = False) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "socket_connect_timeout": DISCOVERY_TIMEOUT,
             "socket_timeout": DISCOVERY_TIMEOUT,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": _no_retry(aio),
             "decode_responses": True,
             **_NO_SETINFO,
         }
@@ -306,11 +318,13 @@ class Connections:
         if self.kind == "sentinel":
             sentinel_pool: Any = AsyncSentinelBlockingConnectionPool  # unannotated __init__
             pool = sentinel_pool(
-                self.spec.service, self.async_sentinel(), **self._data_kwargs(self._pool_kwargs())
+                self.spec.service,
+                self.async_sentinel(),
+                **self._data_kwargs(self._pool_kwargs(aio=True)),
             )
         else:
             pool = aioredis.BlockingConnectionPool.from_url(
-                self._url(address), **self._pool_kwargs()
+                self._url(address), **self._pool_kwargs(aio=True)
             )
         return aioredis.Redis(connection_pool=pool)
 
@@ -320,7 +334,9 @@ class Connections:
         manager = self._async_sentinels.get(loop)
         if manager is None:
             factory: Any = aiosentinel.Sentinel  # unannotated in redis-py
-            manager = factory(list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs())
+            manager = factory(
+                list(self.spec.hosts), sentinel_kwargs=self._sentinel_kwargs(aio=True)
+            )
             self._async_sentinels[loop] = manager
         return manager
 
@@ -340,10 +356,10 @@ class Connections:
     def async_subscriber(self) -> aioredis.Redis:
         """Return an asyncio client for one dedicated Pub/Sub connection."""
         if self.kind == "sentinel":
-            kwargs = self._data_kwargs(self._subscriber_kwargs())
+            kwargs = self._data_kwargs(self._subscriber_kwargs(aio=True))
             aclient: aioredis.Redis = self.async_sentinel().master_for(self.spec.service, **kwargs)
             return aclient
-        return aioredis.Redis.from_url(self._url(None), **self._subscriber_kwargs())
+        return aioredis.Redis.from_url(self._url(None), **self._subscriber_kwargs(aio=True))
 
     async def async_owner(self) -> Address:
         """Return the cluster slot's owner, asking the seeds off the event loop if unknown."""

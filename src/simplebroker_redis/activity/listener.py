@@ -208,8 +208,9 @@ class WakeupListener:
 
     def _connect(self) -> None:
         client = self._runner.connections.subscriber()
-        # redis-py leaves pubsub() unannotated.
-        pubsub: Any = client.pubsub()  # type: ignore[no-untyped-call]
+        # Called through Any: redis-py 7 leaves pubsub() unannotated, 8 annotates it.
+        make_pubsub: Any = client.pubsub
+        pubsub: Any = make_pubsub()
         with self._lock:
             self._confirmed.clear()
             self._leaving.clear()
