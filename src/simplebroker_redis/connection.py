@@ -25,8 +25,9 @@ Every topology ends in the same object above this module: a plain
   identical on every topology.
 
 Clients never retry a command on their own (``Retry(NoBackoff(), 0)``, the
-asyncio ``Retry`` for asyncio clients): a lost reply may hide a committed write; :mod:`.runner` decides what may be
-repeated (:class:`Route` and :class:`AsyncRoute` carry its redirections).
+asyncio ``Retry`` for asyncio clients): a lost reply may hide a committed
+write; :mod:`.runner` decides what may be repeated (:class:`Route` and
+:class:`AsyncRoute` carry its redirections).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ import redis
 import redis.asyncio as aioredis
 import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.retry import Retry
 from simplebroker import resolve_config
 
