@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # The versions installed: the lock of tested versions (empty: the newest
 # releases pyproject.toml's ranges allow).
 CONSTRAINTS ?= constraints.txt
-EXTRAS := dev,hiredis,taskiq,celery,protean
+EXTRAS := dev,hiredis,taskiq,celery,protean,dramatiq
 PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \

@@ -93,6 +93,8 @@ ScriptName = Literal[
     "inspect",
     "dead_letter_requeue",
     "worker_beat",
+    "dramatiq_store",
+    "dramatiq_dead",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)

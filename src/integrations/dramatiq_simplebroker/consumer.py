@@ -1,0 +1,269 @@
+"""Dramatiq's consumer on leases: reserve, hand out, acknowledge, dead-letter, hand back.
+
+A :class:`SimpleBrokerConsumer` belongs to one of the worker's consumer
+threads (one per queue). Its ``__next__`` hands out the messages of its
+prefetch window, reserving more (one ``reserve_queues`` round trip over
+the queue's priority levels, highest first) only when a wake-up said there
+may be some; an idle consumer sleeps on its wake-ups (:mod:`.wakeups`)
+until Dramatiq's ``worker_timeout``, sending nothing. A reservation's reply
+also says when the namespace's next delayed message is due: the consumer
+looks again then (its reservation's upkeep promotes it), so delays need no
+delay queue and no list of ETAs in memory.
+
+``ack``, ``nack`` and ``requeue`` come from the worker threads; each is
+one script. A connection failure is raised as Dramatiq's
+``ConnectionClosed``, on which the worker retries an ``ack`` (and restarts
+a consumer): the message stays held, and renewed, meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from dramatiq.broker import Consumer, MessageProxy
+from dramatiq.errors import ConnectionClosed
+from dramatiq.message import Message
+from simplebroker.ext import OperationalError
+
+from simplebroker_redis.codec import decode_body
+
+from .store import Store, Taken
+from .wakeups import Wakeups, close_quietly
+
+logger = logging.getLogger("dramatiq_simplebroker")
+
+T = TypeVar("T")
+
+
+class HeldMessage(MessageProxy):
+    """A message this process holds under a reservation: its token, ID and delivery count.
+
+    ``deliveries`` is how many times the storage handed the message to a
+    worker (1 the first time; more after a worker died or handed it back).
+    ``result`` is set by the result backend of the same namespace
+    (:mod:`.results`): the result is then stored with the acknowledgement,
+    in one script.
+    """
+
+    def __init__(
+        self,
+        message: Message[Any],
+        taken: Taken,
+        dead: str,
+        identity: tuple[str, str | None, str],
+    ) -> None:
+        super().__init__(message)
+        token, leased = taken
+        self.token = token
+        self.identity = identity  #: the runner's: which server and namespace hold it
+        self.storage_id = leased.id
+        self.deliveries = leased.deliveries
+        self.dead_letter_queue = dead
+        self.result: tuple[str, str, int] | None = None  #: (message key, value, ttl ms)
+
+
+@contextmanager
+def connection_errors() -> Iterator[None]:
+    """Raise a server we cannot reach as Dramatiq's ``ConnectionClosed`` (it retries)."""
+    try:
+        yield
+    except OperationalError as exc:
+        raise ConnectionClosed(exc) from None
+
+
+class SimpleBrokerConsumer(Consumer):
+    """Messages of one queue (every priority level) for one of the worker's consumer threads.
+
+    Args:
+        store: The broker's storage operations.
+        sources: The storage queues to reserve from, in read order, each
+            with its dead-letter queue.
+        prefetch: Most messages held at once (handed out or buffered).
+        timeout_ms: Longest ``__next__`` waits for a message.
+        dead_letter: The queue's dead-letter queue (``nack``).
+
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        sources: Sequence[tuple[str, str | None]],
+        prefetch: int,
+        timeout_ms: int,
+        dead_letter: str,
+    ) -> None:
+        self.store = store
+        self.sources = list(sources)
+        self.prefetch = max(1, int(prefetch))
+        self.timeout = max(0, int(timeout_ms)) / 1000
+        self.dead_letter = dead_letter
+        self._lock = threading.Lock()
+        self._buffer: collections.deque[Taken] = collections.deque()
+        self._out = 0  #: handed out, not yet acknowledged, nacked or handed back
+        self._wakeups = Wakeups(store.runner, [queue for queue, _ in self.sources])
+        self._due_at: float | None = None  #: monotonic time the next delayed message is due
+        self._recheck_at = 0.0  #: monotonic time of the next look without a wake-up
+        self._closed = False
+
+    # -- handing out ----------------------------------------------------------------------
+    def __next__(self) -> MessageProxy | None:
+        """Return the next message, or None after ``timeout_ms`` without one."""
+        with connection_errors():
+            self._wakeups.subscribe()
+            deadline = time.monotonic() + self.timeout
+            while not self._closed:
+                held = self._hand_out()
+                if held is not None:
+                    return held
+                room = self._room()
+                if room > 0 and self._worth_a_look():
+                    if self._reserve(room):
+                        continue
+                now = time.monotonic()
+                if now >= deadline:
+                    return None
+                until = min(deadline, self._due_at or deadline, self._recheck_at)
+                self._wakeups.wait(until - now, wakeups=room > 0)
+            return None
+
+    def _room(self) -> int:
+        with self._lock:
+            return self.prefetch - self._out - len(self._buffer)
+
+    def _worth_a_look(self) -> bool:
+        """Return True when a reservation may find something: a wake-up, a due time, a recheck."""
+        now = time.monotonic()
+        woken = self._wakeups.take()
+        return (
+            woken or now >= self._recheck_at or (self._due_at is not None and now >= self._due_at)
+        )
+
+    def _reserve(self, room: int) -> bool:
+        taken, due_in = self.store.reserve(self.sources, room)
+        now = time.monotonic()
+        self._due_at = None if due_in is None else now + due_in
+        self._recheck_at = now + self.store.settings.idle_recheck
+        if len(taken) >= room:
+            self._wakeups.wake()  # a full batch: there may be more once there is room
+        with self._lock:
+            self._buffer.extend(taken)
+        return bool(taken)
+
+    def _hand_out(self) -> HeldMessage | None:
+        while True:
+            with self._lock:
+                if not self._buffer:
+                    return None
+                token, leased = self._buffer.popleft()
+                self._out += 1
+            try:
+                message = Message.decode(decode_body(leased.body))
+            except Exception as exc:  # noqa: BLE001 - any decoder's error: the body is unreadable
+                logger.error(
+                    "message %d is not a Dramatiq message (%s): moved to %s",
+                    leased.id,
+                    exc,
+                    self.dead_letter,
+                )
+                self._settle(
+                    functools.partial(self.store.dead_letter, token, leased.id, self.dead_letter)
+                )
+                continue
+            return HeldMessage(
+                message, (token, leased), self.dead_letter, self.store.runner.identity
+            )
+
+    # -- settling (the worker threads) -------------------------------------------------------
+    def ack(self, message: MessageProxy) -> None:
+        """Delete the message (with its result, when the result backend left one)."""
+        held = _held(message)
+        if held.result is None:
+            done = self._settle(lambda: self.store.ack(held.token, held.storage_id))
+        else:
+            key, value, ttl = held.result
+            stored = self._settle(
+                lambda: self.store.ack_with_result(held.token, held.storage_id, key, value, ttl)
+            )
+            done = stored.settled == 1
+            if done:
+                held.result = None
+        if not done:
+            logger.warning(
+                "message %s (%d) was acknowledged after its lease expired: another worker "
+                "may have run it too",
+                held.message_id,
+                held.storage_id,
+            )
+
+    def nack(self, message: MessageProxy) -> None:
+        """Move the message to the queue's dead-letter queue (kept ``dead_message_ttl``)."""
+        held = _held(message)
+        self._flush_result(held)
+        done = self._settle(
+            lambda: self.store.dead_letter(held.token, held.storage_id, held.dead_letter_queue)
+        )
+        if not done:
+            logger.warning(
+                "message %s (%d) was rejected after its lease expired",
+                held.message_id,
+                held.storage_id,
+            )
+
+    def _flush_result(self, held: HeldMessage) -> None:
+        """Store a result the backend left on a message that is not acknowledged after all."""
+        if held.result is not None:
+            key, value, ttl = held.result
+            with connection_errors():
+                self.store.store_result(key, value, ttl)
+            held.result = None
+
+    def _settle(self, operation: Callable[[], T]) -> T:
+        with connection_errors():
+            done = operation()
+        with self._lock:
+            self._out -= 1
+        self._wakeups.nudge()
+        return done
+
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
+        """Hand messages back, pending again at once and their delivery not counted."""
+        groups: dict[str, list[int]] = {}
+        count = 0
+        for message in messages:
+            held = _held(message)
+            groups.setdefault(held.token, []).append(held.storage_id)
+            count += 1
+        if not groups:
+            return
+        with connection_errors():
+            self.store.release_groups(groups, undeliver=True)
+        with self._lock:
+            self._out = max(0, self._out - count)
+        self._wakeups.nudge()
+
+    def close(self) -> None:
+        """Hand back what was reserved but not handed out; drop the wake-ups."""
+        self._closed = True
+        with self._lock:
+            buffered, self._buffer = list(self._buffer), collections.deque()
+        groups: dict[str, list[int]] = {}
+        for token, leased in buffered:
+            groups.setdefault(token, []).append(leased.id)
+        try:
+            self.store.release_groups(groups, undeliver=True)
+        except OperationalError as exc:  # their leases expire: nothing is lost
+            logger.warning("could not hand back %d message(s) at close: %s", len(buffered), exc)
+        close_quietly(self._wakeups)
+
+
+def _held(message: MessageProxy) -> HeldMessage:
+    if not isinstance(message, HeldMessage):
+        raise TypeError(f"not a message of this consumer: {message!r}")
+    return message
