@@ -67,6 +67,7 @@ class HeldMessage(MessageProxy):
         self.deliveries = leased.deliveries
         self.dead_letter_queue = dead
         self.result: tuple[str, str, int] | None = None  #: (message key, value, ttl ms)
+        self.settled = False  #: acknowledged, nacked or handed back: a result is stored alone
 
 
 @contextmanager
@@ -192,8 +193,8 @@ class SimpleBrokerConsumer(Consumer):
                 lambda: self.store.ack_with_result(held.token, held.storage_id, key, value, ttl)
             )
             done = stored.settled == 1
-            if done:
-                held.result = None
+            held.result = None
+        held.settled = True
         if not done:
             logger.warning(
                 "message %s (%d) was acknowledged after its lease expired: another worker "
@@ -209,6 +210,7 @@ class SimpleBrokerConsumer(Consumer):
         done = self._settle(
             lambda: self.store.dead_letter(held.token, held.storage_id, held.dead_letter_queue)
         )
+        held.settled = True
         if not done:
             logger.warning(
                 "message %s (%d) was rejected after its lease expired",
@@ -238,6 +240,7 @@ class SimpleBrokerConsumer(Consumer):
         count = 0
         for message in messages:
             held = _held(message)
+            held.settled = True
             groups.setdefault(held.token, []).append(held.storage_id)
             count += 1
         if not groups:

@@ -91,7 +91,11 @@ class SimpleBrokerResultBackend(ResultBackend):
         key = self.build_message_key(message)
         value = encode_body(self.encoder.encode(wrapped))
         ttl_ms = max(1, int(ttl))
-        if isinstance(message, HeldMessage) and message.identity == self.runner.identity:
+        if (
+            isinstance(message, HeldMessage)
+            and not message.settled
+            and message.identity == self.runner.identity
+        ):
             message.result = (key, value, ttl_ms)
             return
         self._write(key, value, ttl_ms)
