@@ -117,7 +117,17 @@ class SimpleBrokerDramatiqBroker(Broker):
         super().__init__(middleware=middleware)
         self.queues: set[str] = set()
         self.store = Store(self.settings, runner)
-        self.dead_message_ttl = self.settings.dead_message_ttl
+
+    @property
+    def dead_message_ttl(self) -> int:
+        """Return how long (ms) nacked messages are kept (``RedisBroker``'s attribute)."""
+        return self.store.dead_message_ttl
+
+    @dead_message_ttl.setter
+    def dead_message_ttl(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigurationError("dead_message_ttl must be an integer >= 0")
+        self.store.dead_message_ttl = value
 
     @property
     def runner(self) -> RedisRunner:

@@ -182,9 +182,17 @@ class SimpleBrokerConsumer(Consumer):
             )
 
     # -- settling (the worker threads) -------------------------------------------------------
+    @property
+    def outstanding_message_count(self) -> int:
+        """Return the messages held: handed out and unsettled, or buffered (RedisBroker's name)."""
+        with self._lock:
+            return self._out + len(self._buffer)
+
     def ack(self, message: MessageProxy) -> None:
         """Delete the message (with its result, when the result backend left one)."""
         held = _held(message)
+        if held is None:
+            return
         if held.result is None:
             done = self._settle(lambda: self.store.ack(held.token, held.storage_id))
         else:
@@ -206,6 +214,8 @@ class SimpleBrokerConsumer(Consumer):
     def nack(self, message: MessageProxy) -> None:
         """Move the message to the queue's dead-letter queue (kept ``dead_message_ttl``)."""
         held = _held(message)
+        if held is None:
+            return
         self._flush_result(held)
         done = self._settle(
             lambda: self.store.dead_letter(held.token, held.storage_id, held.dead_letter_queue)
@@ -240,6 +250,8 @@ class SimpleBrokerConsumer(Consumer):
         count = 0
         for message in messages:
             held = _held(message)
+            if held is None:
+                continue
             held.settled = True
             groups.setdefault(held.token, []).append(held.storage_id)
             count += 1
@@ -266,7 +278,13 @@ class SimpleBrokerConsumer(Consumer):
         close_quietly(self._wakeups)
 
 
-def _held(message: MessageProxy) -> HeldMessage:
-    if not isinstance(message, HeldMessage):
-        raise TypeError(f"not a message of this consumer: {message!r}")
-    return message
+def _held(message: object) -> HeldMessage | None:
+    """Return ``message`` if this package's consumer handed it out, else None (logged).
+
+    Dramatiq's RedisBroker ignores a settlement of a message it does not
+    know (its issue #320); so does this one.
+    """
+    if isinstance(message, HeldMessage):
+        return message
+    logger.warning("ignored the settlement of a message no consumer here holds: %r", message)
+    return None

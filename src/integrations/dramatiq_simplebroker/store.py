@@ -58,6 +58,7 @@ class Store:
         self.runner = runner if runner is not None else settings.target.runner()
         self.holdings = Holdings()
         self.queues: set[str] = set()  #: the queues this process consumes (its record)
+        self.dead_message_ttl = settings.dead_message_ttl  #: ms (the broker's attribute sets it)
         self._heartbeat: LeaseHeartbeat | None = None
         self._lock = threading.Lock()
         self._next_expiry = 0.0
@@ -98,7 +99,7 @@ class Store:
         if now < self._next_expiry:
             return
         self._next_expiry = now + EXPIRE_SECONDS
-        ttl = self.settings.dead_message_ttl
+        ttl = self.dead_message_ttl
         while self.runner.run(
             room.dramatiq_dead(self.runner.keys, ttl, expire=EXPIRE_BATCH)
         ).expired:
@@ -193,7 +194,7 @@ class Store:
         self.holdings.let_go(token)
         call = room.dramatiq_dead(
             self.runner.keys,
-            self.settings.dead_message_ttl,
+            self.dead_message_ttl,
             token=token,
             message_id=message_id,
             dead_letter=dead_letter,
