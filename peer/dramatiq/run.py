@@ -155,7 +155,7 @@ def run_side(broker: str, tree: Path, url: str, extra: list[str]) -> dict[str, s
     deselect = [f"--deselect=tests/test_redis.py::{name}" for name in REWRITTEN]
     command = [
         *(sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"),
-        *("--rootdir", str(tree), f"--junitxml={report}", "-o", "timeout=120"),
+        *("--rootdir", str(tree), f"--junitxml={report}", "-o", "timeout=120", "--tb=native"),
         *("-o", "addopts=", *deselect, *extra),
     ]
     print(f"\n== Dramatiq's tests on {broker} ==", flush=True)
