@@ -112,6 +112,12 @@ PEER_ARGS ?=
 peer-tests-celery: install
 	$(BIN)/python peer/celery/celery_suites.py $(PEER_ARGS)
 
+# 20 SIGKILLs of a `dramatiq` worker mid-task with the default 10 s lease: nothing
+# lost, and the time to redelivery of each kill printed (docs/dramatiq.md). About 5 min.
+dramatiq-kill-trial: install
+	DQ_KILLS=20 DQ_KILL_LEASE=10 $(BIN)/python -m pytest -s -q -o timeout=1800 \
+		tests/dramatiq/test_dramatiq_worker.py -k sigkilled
+
 # Dramatiq's own tests on its RedisBroker and on ours, side by side (docs/dramatiq.md).
 # DRAMATIQ_SOURCE: a Dramatiq git directory or source tree (its sdist has no
 # tests/conftest.py; default: a clone in .peer/); DRAMATIQ_REV: its revision.

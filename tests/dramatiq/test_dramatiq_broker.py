@@ -289,3 +289,22 @@ def test_a_simplebroker_scheme_url_is_accepted(redis_url, namespace):
     broker = SimpleBrokerDramatiqBroker("simplebroker+" + redis_url, namespace=namespace)
     assert broker.settings.target.target == redis_url
     broker.close()
+
+
+def test_an_actor_of_a_new_priority_declared_while_consuming_is_read(dq_broker, make_worker):
+    ran = []
+
+    @dramatiq.actor
+    def first():
+        ran.append("first")
+
+    make_worker(dq_broker)
+    first.send()
+    wait_for(lambda: ran == ["first"], 30, "the first actor's message")
+
+    @dramatiq.actor(priority=7)
+    def later():
+        ran.append("later")
+
+    later.send()
+    wait_for(lambda: ran == ["first", "later"], 30, "the new level's message")

@@ -114,6 +114,7 @@ class SimpleBrokerDramatiqBroker(Broker):
             dead_message_ttl=dead_message_ttl,
             idle_recheck=idle_recheck,
         )
+        self._declared = 0  #: actors declared so far (a consumer re-reads its levels on change)
         super().__init__(middleware=middleware)
         self.queues: set[str] = set()
         self.store = Store(self.settings, runner)
@@ -146,6 +147,11 @@ class SimpleBrokerDramatiqBroker(Broker):
         self.emit_before("declare_queue", queue_name)
         self.queues.add(queue_name)
         self.emit_after("declare_queue", queue_name)
+
+    def declare_actor(self, actor: Any) -> None:
+        """Declare ``actor``; consumers of its queue then read its priority level too."""
+        super().declare_actor(actor)
+        self._declared += 1
 
     def get_declared_queues(self) -> set[str]:
         """Return the queues declared so far."""
@@ -188,10 +194,15 @@ class SimpleBrokerDramatiqBroker(Broker):
         queue = q_name(queue_name)
         dead = xq_name(queue)
         storage_queue(dead, 0)
-        sources: list[tuple[str, str | None]] = [(level, dead) for level in self.levels(queue)]
+
+        def sources() -> list[tuple[str, str | None]]:
+            return [(level, dead) for level in self.levels(queue)]
+
         self.store.queues.add(queue)
         self.store.start_heartbeat()
-        return SimpleBrokerConsumer(self.store, sources, prefetch, timeout, dead)
+        return SimpleBrokerConsumer(
+            self.store, sources, lambda: self._declared, prefetch, timeout, dead
+        )
 
     # -- whole queues ---------------------------------------------------------------------
     def flush(self, queue_name: str) -> None:

@@ -84,8 +84,10 @@ class SimpleBrokerConsumer(Consumer):
 
     Args:
         store: The broker's storage operations.
-        sources: The storage queues to reserve from, in read order, each
-            with its dead-letter queue.
+        sources: Returns the storage queues to reserve from, in read order,
+            each with its dead-letter queue (asked again whenever
+            ``version`` changes: an actor of a new priority was declared).
+        version: Returns the broker's count of declared actors.
         prefetch: Most messages held at once (handed out or buffered).
         timeout_ms: Longest ``__next__`` waits for a message.
         dead_letter: The queue's dead-letter queue (``nack``).
@@ -95,13 +97,17 @@ class SimpleBrokerConsumer(Consumer):
     def __init__(
         self,
         store: Store,
-        sources: Sequence[tuple[str, str | None]],
+        sources: Callable[[], Sequence[tuple[str, str | None]]],
+        version: Callable[[], int],
         prefetch: int,
         timeout_ms: int,
         dead_letter: str,
     ) -> None:
         self.store = store
-        self.sources = list(sources)
+        self._sources_of = sources
+        self._version_of = version
+        self._version = version()
+        self.sources = list(sources())
         self.prefetch = max(1, int(prefetch))
         self.timeout = max(0, int(timeout_ms)) / 1000
         self.dead_letter = dead_letter
@@ -140,6 +146,10 @@ class SimpleBrokerConsumer(Consumer):
 
     def _worth_a_look(self) -> bool:
         """Return True when a reservation may find something: a wake-up, a due time, a recheck."""
+        if self._version != self._version_of():
+            self._version = self._version_of()
+            self.sources = list(self._sources_of())
+            self._wakeups.watch([queue for queue, _ in self.sources])
         now = time.monotonic()
         woken = self._wakeups.take()
         return (

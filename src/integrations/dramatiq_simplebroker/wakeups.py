@@ -35,6 +35,7 @@ class Wakeups:
     def __init__(self, runner: RedisRunner, queues: Sequence[str]) -> None:
         self._runner = runner
         self._channels = [runner.keys.wake_channel(queue) for queue in queues]
+        self._registered: list[str] = []
         self._cond = threading.Condition()
         self._woken = True  # nothing known yet: the first look asks the server
         self._nudged = False
@@ -47,7 +48,20 @@ class Wakeups:
             return
         self._pid = os.getpid()
         listener_for(self._runner).register(self._channels, self._wake)
+        self._registered = list(self._channels)
         self._subscribed = True
+
+    def watch(self, queues: Sequence[str]) -> None:
+        """Also wake for ``queues`` (a priority level appeared); confirmed before it returns."""
+        channels = [self._runner.keys.wake_channel(queue) for queue in queues]
+        fresh = [channel for channel in channels if channel not in self._channels]
+        if not fresh:
+            return
+        self._channels += fresh
+        if self._subscribed and self._pid == os.getpid():
+            listener_for(self._runner).register(fresh, self._wake)
+            self._registered += fresh
+        self._wake()
 
     def close(self) -> None:
         """Drop the subscriptions (best effort: the listener outlives failures)."""
@@ -55,7 +69,7 @@ class Wakeups:
             return
         self._subscribed = False
         listener = listener_for(self._runner)
-        for channel in self._channels:
+        for channel in self._registered:
             try:
                 listener.unregister(channel, self._wake)
             except Exception as exc:  # noqa: BLE001 - the listener resubscribes on its own
