@@ -133,8 +133,11 @@ def _throughput(server: Server, kind: str, count: int, temp: Path) -> dict[str, 
                 message.get_result(block=True, timeout=120_000)
             elapsed = time.perf_counter() - started
         before = server.client.info("stats")["total_commands_processed"]
-        time.sleep(5)  # the idle cost is a rate: measured over a fixed window
-        idle = (server.client.info("stats")["total_commands_processed"] - before - 2) / 5
+        time.sleep(
+            float(os.environ.get("DQB_IDLE_WINDOW", "5"))
+        )  # the idle cost is a rate: measured over a fixed window
+        window = float(os.environ.get("DQB_IDLE_WINDOW", "5"))
+        idle = (server.client.info("stats")["total_commands_processed"] - before - 2) / window
     finally:
         worker.stop()
         app.broker.close()

@@ -130,19 +130,33 @@ class SimpleBrokerConsumer(Consumer):
                 if held is not None:
                     return held
                 room = self._room()
-                if room > 0 and self._worth_a_look():
+                if self._batch_ready(room) and self._worth_a_look():
                     if self._reserve(room):
                         continue
                 now = time.monotonic()
                 if now >= deadline:
                     return None
                 until = min(deadline, self._due_at or deadline, self._recheck_at)
-                self._wakeups.wait(until - now, wakeups=room > 0)
+                self._wakeups.wait(until - now, wakeups=self._batch_ready(room))
             return None
 
     def _room(self) -> int:
         with self._lock:
             return self.prefetch - self._out - len(self._buffer)
+
+    def _batch_ready(self, room: int) -> bool:
+        """Return True when a reservation is worth its round trip now.
+
+        With messages still running, the consumer waits until half its
+        window is free, so that a busy queue is reserved in batches rather
+        than one message per acknowledgement (the worker's threads still
+        hold the other half).
+        """
+        if room <= 0:
+            return False
+        with self._lock:
+            running = self._out
+        return running == 0 or room >= max(1, self.prefetch // 2)
 
     def _worth_a_look(self) -> bool:
         """Return True when a reservation may find something: a wake-up, a due time, a recheck."""

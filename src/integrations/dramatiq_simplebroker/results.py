@@ -142,7 +142,14 @@ class SimpleBrokerResultBackend(ResultBackend):
         return self.unwrap_result(found)
 
     def _wait(self, key: str, deadline: float) -> MResult:
-        """Return the result of ``key`` once stored, or ``Missing`` at ``deadline``."""
+        """Return the result of ``key`` once stored, or ``Missing`` at ``deadline``.
+
+        A result already stored costs one read; otherwise the wait subscribes
+        first and reads again, so a result stored in between is not missed.
+        """
+        found = self._get(key)
+        if found is not Missing:
+            return found
         stored = threading.Event()
         channel = self.runner.keys.wake_channel(room.result_queue(key))
         listener = listener_for(self.runner)
