@@ -164,7 +164,13 @@ def run_side(broker: str, tree: Path, url: str, extra: list[str]) -> dict[str, s
 
 
 def outcomes(report: Path) -> dict[str, str]:
-    """Return test id -> passed/failed/skipped from a JUnit XML report."""
+    """Return test id -> passed/failed/skipped from a JUnit XML report.
+
+    The report is kept in ``.peer/`` (``dramatiq-<side>.xml``), with every
+    failure's message.
+    """
+    CACHE.mkdir(exist_ok=True)
+    shutil.copy(report, CACHE / f"dramatiq-{report.stem}.xml")
     found: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")[-1]
@@ -178,6 +184,20 @@ def outcomes(report: Path) -> dict[str, str]:
     return found
 
 
+def failure_kinds(report: Path) -> dict[str, int]:
+    """Return how many tests failed with each exception type (from a kept report)."""
+    kinds: dict[str, int] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for tag in ("failure", "error"):
+            element = case.find(tag)
+            if element is not None:
+                message = element.get("message", "") or "?"
+                kind = message.split(":", 1)[0].split("(", 1)[0].strip()[:60]
+                kinds[kind] = kinds.get(kind, 0) + 1
+                break
+    return kinds
+
+
 def compare(stock: dict[str, str], ours: dict[str, str]) -> int:
     """Print the side-by-side table and the verdict; return the exit status."""
     width = max(len(test) for test in {*stock, *ours})
@@ -188,6 +208,10 @@ def compare(stock: dict[str, str], ours: dict[str, str]) -> int:
         kinds = list(results.values())
         counts = ", ".join(f"{kinds.count(k)} {k}" for k in ("passed", "failed", "skipped"))
         print(f"{side}: {counts}")
+    kinds = failure_kinds(CACHE / "dramatiq-redis.xml")
+    print("failures on RedisBroker by exception type (most use StubBroker's own API):")
+    for kind, count in sorted(kinds.items(), key=lambda item: -item[1]):
+        print(f"  {count:4d}  {kind}")
     status = 0
     for test, outcome in sorted(stock.items()):
         if outcome != "passed" or ours.get(test) == "passed":
