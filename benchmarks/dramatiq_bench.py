@@ -4,9 +4,11 @@ On one Valkey server, per repetition (entries interleaved, order rotated):
 
 - **throughput with results**: ``dramatiq dramatiq_app --processes 2
   --threads 8`` runs N ``echo`` tasks that store their results; the
-  producer sends them all, then waits for every result
-  (``get_result(block=True)``); tasks/s from the first send to the last
-  result. The server's commands per task come from ``INFO commandstats``;
+  producer sends them all while the workers run, then waits for every
+  result (``get_result(block=True)``); tasks/s from the first send to the
+  last result. Then a backlog: the workers stopped (SIGSTOP), N tasks
+  sent, tasks/s from SIGCONT to the last result. The server's commands per
+  task (of the first run) come from ``INFO commandstats``;
 - **idle cost**: the server commands per second of the idle worker
   (``RedisBroker`` polls; ours sleeps on wake-ups, its heartbeat beats);
 - **recovery after SIGKILL**: two workers (one process, one thread each);
@@ -132,6 +134,15 @@ def _throughput(server: Server, kind: str, count: int, temp: Path) -> dict[str, 
             for message in messages:
                 message.get_result(block=True, timeout=120_000)
             elapsed = time.perf_counter() - started
+        # A backlog: the workers stopped (SIGSTOP) while N messages are sent,
+        # then timed from SIGCONT to the last result.
+        os.killpg(worker.process.pid, signal.SIGSTOP)
+        messages = [app.echo.send(i) for i in range(count)]
+        started = time.perf_counter()
+        os.killpg(worker.process.pid, signal.SIGCONT)
+        for message in messages:
+            message.get_result(block=True, timeout=120_000)
+        drained = time.perf_counter() - started
         before = server.client.info("stats")["total_commands_processed"]
         time.sleep(
             float(os.environ.get("DQB_IDLE_WINDOW", "5"))
@@ -143,6 +154,7 @@ def _throughput(server: Server, kind: str, count: int, temp: Path) -> dict[str, 
         app.broker.close()
     return {
         "tasks_per_s": count / elapsed,
+        "drain_per_s": count / drained,
         "commands_per_task": delta.total / count,
         "scripts_per_task": delta.scripts / count,
         "idle_commands_per_s": idle,
@@ -210,7 +222,13 @@ def run_section(
                 emit(
                     {"kind": "sample", "section": "dramatiq", "entry": name, "recovery_s": seconds}
                 )
-    keys = ("tasks_per_s", "commands_per_task", "scripts_per_task", "idle_commands_per_s")
+    keys = (
+        "tasks_per_s",
+        "drain_per_s",
+        "commands_per_task",
+        "scripts_per_task",
+        "idle_commands_per_s",
+    )
     return {
         "count": count,
         "cap_s": cap,
@@ -239,12 +257,20 @@ def report(summary: dict[str, Any], *, markdown: bool = False) -> str:
             [
                 name,
                 fmt_num(row["tasks_per_s"]),
+                fmt_num(row["drain_per_s"]),
                 fmt_num(row["commands_per_task"]),
                 fmt_num(row["scripts_per_task"]),
                 fmt_num(row["idle_commands_per_s"]),
             ]
         )
-    headers = ["broker", "tasks/s with results", "server cmds/task", "scripts/task", "idle cmds/s"]
+    headers = [
+        "broker",
+        "tasks/s, sent while running",
+        "tasks/s, a backlog",
+        "server cmds/task",
+        "scripts/task",
+        "idle cmds/s",
+    ]
     table = render_table(headers, rows, markdown)
     recovery_rows = []
     for name, _, _ in RECOVERY:
