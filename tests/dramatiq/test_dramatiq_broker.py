@@ -308,3 +308,20 @@ def test_an_actor_of_a_new_priority_declared_while_consuming_is_read(dq_broker, 
 
     later.send()
     wait_for(lambda: ran == ["first", "later"], 30, "the new level's message")
+
+
+def test_a_message_whose_lease_was_lost_is_not_started(dq_broker):
+    from dramatiq.middleware import SkipMessage
+
+    dq_broker.declare_queue("q")
+    for _ in range(2):
+        dq_broker.enqueue(Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={}))
+    consumer = dq_broker.consume("q", prefetch=2, timeout=200)
+    first = next(consumer)  # the second waits in the consumer's buffer
+    # What the heartbeat does when a renewal finds the reservation gone (the
+    # process was paused past its lease and another worker recovered it).
+    dq_broker.store.holdings.drop([first.token])
+    with pytest.raises(SkipMessage):
+        dq_broker.emit_before("process_message", first)  # handed out: skipped before its task
+    assert next(consumer) is None  # buffered: never handed out
+    consumer.close()

@@ -113,3 +113,24 @@ def test_a_cpu_bound_task_of_twice_the_lease_runs_once(
     spin.send("cpu", 3.0)
     wait_for(lambda: keys_of(log, "done")["cpu"] == 1, 60, "the CPU-bound task")
     assert keys_of(log, "start")["cpu"] == 1
+
+
+def test_a_worker_paused_past_its_lease_starts_none_of_its_prefetched_tasks(
+    redis_url, namespace, log, children, dq_broker
+):
+    paused = start_worker(children, redis_url, namespace, log, lease=1.0, threads=1, name="paused")
+    work, _ = sender_actors(dq_broker)
+    keys = [f"p{i}" for i in range(4)]
+    for key in keys:
+        work.send(key, 1.0)
+    pids = group_pids(paused)
+    wait_for(functools.partial(_running, log, pids, keys), 60, "a task running")
+    paused.signal(signal.SIGSTOP)  # past the lease: its reservations are recovered
+    stopped_at = time.time()
+    start_worker(children, redis_url, namespace, log, lease=1.0, threads=2, name="other")
+    wait_for(functools.partial(_all_done, log, keys), 90, "every task, by the other worker")
+    paused.signal(signal.SIGCONT)
+    wait_for(lambda: "not started" in paused.output(), 30, "the fence of its prefetched task")
+    late = [e for e in events(log, "start") if e.pid in pids and e.at > stopped_at]
+    assert late == []  # nothing started after the pause
+    assert max(keys_of(log, "start").values()) <= 2  # only the task in flight at the pause

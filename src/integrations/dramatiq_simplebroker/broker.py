@@ -49,7 +49,7 @@ from .config import (
     make_settings,
     storage_queue,
 )
-from .consumer import SimpleBrokerConsumer, connection_errors
+from .consumer import LeaseFence, SimpleBrokerConsumer, connection_errors
 from .store import Store
 
 logger = logging.getLogger("dramatiq_simplebroker")
@@ -118,6 +118,8 @@ class SimpleBrokerDramatiqBroker(Broker):
         super().__init__(middleware=middleware)
         self.queues: set[str] = set()
         self.store = Store(self.settings, runner)
+        # First, so that no other middleware acts on a message this process lost.
+        self.middleware.insert(0, LeaseFence(self.store))
 
     @property
     def dead_message_ttl(self) -> int:

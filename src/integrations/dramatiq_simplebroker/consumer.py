@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
+from dramatiq.middleware import Middleware, SkipMessage
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis.codec import decode_body
@@ -74,6 +75,29 @@ class HeldMessage(MessageProxy):
         self.dead_letter_queue = dead
         self.result: tuple[str, str, int] | None = None  #: (message key, value, ttl ms)
         self.settled = False  #: acknowledged, nacked or handed back: a result is stored alone
+
+
+class LeaseFence(Middleware):
+    """Skips a message whose lease this process lost before its task started.
+
+    A worker paused past its lease (SIGSTOP, a frozen VM, a long GC) finds,
+    at its heartbeat's next renewal, that its reservations were recovered
+    and taken by others; messages it had handed to Dramatiq's work queue are
+    then not run here (the broker puts this middleware first).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        """Raise ``SkipMessage`` for a held message whose token this process no longer holds."""
+        if isinstance(message, HeldMessage) and not self.store.still_held(message.token):
+            logger.warning(
+                "message %s (%d) not started: its lease expired meanwhile",
+                message.message_id,
+                message.storage_id,
+            )
+            raise SkipMessage("lease lost before the task started")
 
 
 @contextmanager
@@ -202,6 +226,13 @@ class SimpleBrokerConsumer(Consumer):
                     return None
                 token, leased = self._buffer.popleft()
                 self._out += 1
+            if not self.store.holdings.holds(token):
+                # The heartbeat found its lease gone (the process was paused
+                # past it): another worker may run it now, so this one must not.
+                logger.warning("message %d not started: its lease expired meanwhile", leased.id)
+                with self._lock:
+                    self._out -= 1
+                continue
             try:
                 message = Message.decode(decode_body(leased.body))
             except Exception as exc:  # noqa: BLE001 - any decoder's error: the body is unreadable

@@ -62,6 +62,7 @@ class Store:
         self._heartbeat: LeaseHeartbeat | None = None
         self._lock = threading.Lock()
         self._next_expiry = 0.0
+        self.beat_at = time.monotonic()  #: when the heartbeat last renewed what is held
 
     @functools.cached_property
     def core(self) -> RedisBrokerCore:
@@ -94,8 +95,11 @@ class Store:
         return self._heartbeat
 
     def _on_beat(self) -> None:
-        """Expire old dead messages every :data:`EXPIRE_SECONDS` (the heartbeat thread)."""
-        now = time.monotonic()
+        """Note the renewal; expire old dead messages every :data:`EXPIRE_SECONDS`.
+
+        Called by the heartbeat thread after each successful renewal.
+        """
+        now = self.beat_at = time.monotonic()
         if now < self._next_expiry:
             return
         self._next_expiry = now + EXPIRE_SECONDS
@@ -184,6 +188,29 @@ class Store:
         except BaseException:
             self.holdings.hold(token, 1)
             raise
+
+    def still_held(self, token: str) -> bool:
+        """Return False when ``token``'s lease is gone (it must not start: another worker may).
+
+        Known at once from the holdings (the heartbeat drops a token whose
+        renewal found it gone); when the last renewal is older than the lease
+        less a heartbeat interval (the process was paused, or the server was
+        unreachable), one renewal of the token asks the server. A server
+        that cannot be asked gives True: at-least-once, not at-most-once.
+        """
+        if not self.holdings.holds(token):
+            return False
+        timing = self.settings.timing
+        if time.monotonic() - self.beat_at < timing.lease_seconds - timing.heartbeat_seconds:
+            return True
+        try:
+            gone = self.leases.renew([token], timing.lease_seconds)
+        except Exception:  # noqa: BLE001 - unknown: run it rather than risk not running it
+            return True
+        if token in gone:
+            self.holdings.drop([token])
+            return False
+        return True
 
     def store_result(self, message_key: str, value: str, ttl_ms: int) -> None:
         """Store a result and wake its waiters (no acknowledgement)."""
