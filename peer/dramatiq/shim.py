@@ -17,6 +17,7 @@ from typing import Any as _PeerAny
 import dramatiq as _peer_dramatiq
 import pytest as _peer_pytest
 from dramatiq.brokers.redis import RedisBroker as _PeerRedisBroker
+from dramatiq.rate_limits import backends as _peer_rl_backends
 from dramatiq.results import backends as _peer_res_backends
 
 PEER_BROKER = _peer_os.environ.get("PEER_BROKER", "simplebroker")
@@ -100,3 +101,29 @@ def result_backends(redis_result_backend: _PeerAny) -> dict[str, _PeerAny]:
 def result_backend(request: _PeerAny, result_backends: dict[str, _PeerAny]) -> _PeerAny:
     """Dramatiq's parametrized result backend: the side's own."""
     return result_backends[request.param]
+
+
+@_peer_pytest.fixture()
+def redis_rate_limiter_backend() -> _PeerAny:
+    """Return Dramatiq's Redis rate limiter backend on the runner's server, database 1.
+
+    The same on both sides (rate limits are not the broker's); its own
+    database is emptied for each test without touching the brokers' data.
+    """
+    backend = _peer_rl_backends.RedisBackend(url=PEER_URL.rsplit("/", 1)[0] + "/1")
+    backend.client.flushdb()
+    return backend
+
+
+@_peer_pytest.fixture()
+def rate_limiter_backends(
+    redis_rate_limiter_backend: _PeerAny, stub_rate_limiter_backend: _PeerAny
+) -> dict[str, _PeerAny]:
+    """Return the rate limiter backends by name (no memcached server here)."""
+    return {"redis": redis_rate_limiter_backend, "stub": stub_rate_limiter_backend}
+
+
+@_peer_pytest.fixture(params=["redis", "stub"])
+def rate_limiter_backend(request: _PeerAny, rate_limiter_backends: dict[str, _PeerAny]) -> _PeerAny:
+    """Return the parametrized rate limiter backend (rate limits are not the broker's)."""
+    return rate_limiter_backends[request.param]

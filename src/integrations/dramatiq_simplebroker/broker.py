@@ -118,8 +118,7 @@ class SimpleBrokerDramatiqBroker(Broker):
         super().__init__(middleware=middleware)
         self.queues: set[str] = set()
         self.store = Store(self.settings, runner)
-        # First, so that no other middleware acts on a message this process lost.
-        self.middleware.insert(0, LeaseFence(self.store))
+        self._fence = LeaseFence(self.store)
 
     @property
     def dead_message_ttl(self) -> int:
@@ -149,6 +148,16 @@ class SimpleBrokerDramatiqBroker(Broker):
         self.emit_before("declare_queue", queue_name)
         self.queues.add(queue_name)
         self.emit_after("declare_queue", queue_name)
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        """Emit a hook; a message whose lease was lost is skipped before any middleware sees it.
+
+        The fence (:class:`~.consumer.LeaseFence`) is not in ``middleware``,
+        so the middleware list is exactly what the application built.
+        """
+        if signal == "process_message":
+            self._fence.before_process_message(self, *args, **kwargs)
+        super().emit_before(signal, *args, **kwargs)
 
     def declare_actor(self, actor: Any) -> None:
         """Declare ``actor``; consumers of its queue then read its priority level too."""

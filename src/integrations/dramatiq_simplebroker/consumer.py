@@ -83,7 +83,8 @@ class LeaseFence(Middleware):
     A worker paused past its lease (SIGSTOP, a frozen VM, a long GC) finds,
     at its heartbeat's next renewal, that its reservations were recovered
     and taken by others; messages it had handed to Dramatiq's work queue are
-    then not run here (the broker puts this middleware first).
+    then not run here (the broker calls it before every other middleware's
+    ``before_process_message``).
     """
 
     def __init__(self, store: Store) -> None:
