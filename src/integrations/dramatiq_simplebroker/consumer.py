@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed
@@ -39,12 +39,6 @@ from .store import Store, Taken
 from .wakeups import Wakeups, close_quietly
 
 logger = logging.getLogger("dramatiq_simplebroker")
-
-#: Seconds a consumer lets messages gather after a wake-up while they trickle
-#: in (its last reservation emptied the queue, with messages): one reservation
-#: then takes several, instead of every write waking every worker process
-#: into a round trip of its own. An idle queue's first message is taken at once.
-GATHER_SECONDS: Final[float] = 0.005
 
 T = TypeVar("T")
 
@@ -148,7 +142,6 @@ class SimpleBrokerConsumer(Consumer):
         self._wakeups = Wakeups(store.runner, [queue for queue, _ in self.sources])
         self._due_at: float | None = None  #: monotonic time the next delayed message is due
         self._recheck_at = 0.0  #: monotonic time of the next look without a wake-up
-        self._streaming = False  #: the last reservation took all there was, but some
         self._closed = False
 
     # -- handing out ----------------------------------------------------------------------
@@ -163,12 +156,6 @@ class SimpleBrokerConsumer(Consumer):
                     return held
                 room = self._room()
                 if self._batch_ready(room) and self._worth_a_look():
-                    if self._streaming:
-                        # Messages trickle in as fast as they are taken: let a
-                        # few gather, so that one reservation (not one per
-                        # write and worker process) takes them.
-                        self._wakeups.wait(GATHER_SECONDS, wakeups=False)
-                        room = max(1, self._room())
                     if self._reserve(room):
                         continue
                 now = time.monotonic()
@@ -213,7 +200,6 @@ class SimpleBrokerConsumer(Consumer):
         now = time.monotonic()
         self._due_at = None if due_in is None else now + due_in
         self._recheck_at = now + self.store.settings.idle_recheck
-        self._streaming = 0 < len(taken) < room
         if len(taken) >= room:
             self._wakeups.wake()  # a full batch: there may be more once there is room
         with self._lock:
