@@ -205,7 +205,7 @@ def run_section(
 ) -> dict[str, Any]:
     """Run every entry ``reps`` times, interleaved; return medians."""
     count = 500 if quick else 3000
-    cap = 30.0 if quick else 90.0
+    cap = 30.0 if quick else 180.0
     rates: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in THROUGHPUT}
     recoveries: dict[str, list[float | None]] = {name: [] for name, _, _ in RECOVERY}
     with tempfile.TemporaryDirectory(prefix="bench-dramatiq-") as temp:
