@@ -28,7 +28,8 @@
 
 Not run: RabbitMQ's tests, the CLI and watcher tests (they start their own
 apps with brokers of their own), the benchmarks, and the memcached
-backends (no server here: skipped on both sides).
+variants (no server here; the shim parametrizes rate limiters with Redis
+and the stub, result backends with the side's own).
 """
 
 from __future__ import annotations
