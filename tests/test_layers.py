@@ -325,8 +325,9 @@ PROTEAN_LAYERS: dict[str, int] = {
 }
 
 DRAMATIQ_LAYERS: dict[str, int] = {
-    # 0: settings and where to connect; 1: the storage operations, a consumer's sleep
+    # 0: settings and where to connect, tracing; 1: the storage operations, a consumer's sleep
     "config": 0,
+    "tracing": 0,
     "store": 1,
     "wakeups": 1,
     # 2: the consumer and the messages it holds; 3: the result backend and the broker

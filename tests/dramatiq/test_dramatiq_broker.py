@@ -325,3 +325,32 @@ def test_a_message_whose_lease_was_lost_is_not_started(dq_broker):
         dq_broker.emit_before("process_message", first)  # handed out: skipped before its task
     assert next(consumer) is None  # buffered: never handed out
     consumer.close()
+
+
+def test_without_a_url_the_environment_then_the_project_config_name_the_server(
+    redis_url, namespace, tmp_path, monkeypatch
+):
+    (tmp_path / ".broker.toml").write_text(
+        f'version = 1\nbackend = "redis"\ntarget = "{redis_url}"\n\n'
+        f'[backend_options]\nnamespace = "{namespace}"\n'
+    )
+    nested = tmp_path / "app"
+    nested.mkdir()
+    monkeypatch.chdir(nested)
+    monkeypatch.delenv("SIMPLEBROKER_REDIS_URL", raising=False)
+    for name in ("BROKER_BACKEND", "BROKER_BACKEND_TARGET"):
+        monkeypatch.delenv(name, raising=False)
+    broker = SimpleBrokerDramatiqBroker()
+    assert (broker.settings.target.target, broker.runner.keys.namespace) == (redis_url, namespace)
+    assert broker.settings.target.source.endswith(".broker.toml")
+    broker.close()
+    monkeypatch.setenv("SIMPLEBROKER_REDIS_URL", redis_url)
+    broker = SimpleBrokerDramatiqBroker(namespace="other")
+    assert broker.settings.target.source == "$SIMPLEBROKER_REDIS_URL"
+    assert broker.runner.keys.namespace == "other"
+    broker.close()
+    monkeypatch.delenv("SIMPLEBROKER_REDIS_URL")
+    monkeypatch.chdir(tmp_path.parent)
+    (tmp_path / ".broker.toml").unlink()
+    with pytest.raises(ConfigurationError, match="no server named"):
+        SimpleBrokerDramatiqBroker()
