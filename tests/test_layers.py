@@ -328,6 +328,7 @@ DRAMATIQ_LAYERS: dict[str, int] = {
     # 0: settings and where to connect, tracing; 1: the storage operations, a consumer's sleep
     "config": 0,
     "tracing": 0,
+    "metrics": 0,
     "store": 1,
     "wakeups": 1,
     # 2: the consumer and the messages it holds; 3: the result backend and the broker

@@ -49,3 +49,28 @@ def test_a_send_and_its_run_are_one_trace(dq_broker, make_worker):
         assert run.parent.span_id == parent.context.span_id
         assert run.attributes["dramatiq.task_name"] == "traced"
     assert {run.status.status_code for run in runs} == {StatusCode.UNSET, StatusCode.ERROR}
+
+
+def test_lease_metrics_count_a_workers_renewals(dq_broker, make_worker):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from dramatiq_simplebroker.metrics import LeaseMetrics
+
+    registry = CollectorRegistry()
+    metrics = LeaseMetrics(registry=registry)
+    dq_broker.add_middleware(metrics)
+    dq_broker.emit_after("process_boot")
+    done = []
+
+    @dramatiq.actor
+    def hold():
+        wait_for(lambda: metrics.counters.renewals._value.get() >= 2, 30, "two renewals")
+        done.append(1)
+
+    hold.send()
+    make_worker(dq_broker)
+    wait_for(lambda: done, 60, "the task")
+    text = generate_latest(registry).decode()
+    assert "simplebroker_lease_renewals_total" in text
+    assert "simplebroker_leases_lost_total 0.0" in text
+    dq_broker.emit_before("process_stop")
