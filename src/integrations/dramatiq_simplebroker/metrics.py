@@ -43,7 +43,9 @@ class _Counters:
 
         self.renewals = counter("simplebroker_lease_renewals", "Lease renew round trips")
         self.failures = counter("simplebroker_lease_renew_failures", "Heartbeat beats that failed")
-        self.leases_lost = counter("simplebroker_leases_lost", "Held reservations recovered elsewhere")
+        self.leases_lost = counter(
+            "simplebroker_leases_lost", "Held reservations recovered elsewhere"
+        )
         self.recovered_messages = counter(
             "simplebroker_recovered_messages", "Messages of expired reservations put back to work"
         )
