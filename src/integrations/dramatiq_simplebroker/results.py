@@ -4,9 +4,10 @@ A result lives under ``sb:{<namespace>}:dramatiq:result:<key>`` (``<key>``
 is Dramatiq's message key: an MD5 of namespace, queue, actor and message
 ID, or the readable form with ``use_namespace_prefix_keys``), stored with
 ``dramatiq_store.lua``, which also publishes on the result's wake channel.
-``get_result(block=True)`` subscribes to that channel (through the
-process's one Pub/Sub listener) before its first read, so it wakes when the
-result is stored, never polls, and cannot miss a result stored in between.
+``get_result(block=True)`` reads the result; when it is not there yet it
+subscribes to that channel (through the process's one Pub/Sub listener)
+and reads again, so it wakes when the result is stored, never polls, and
+cannot miss a result stored in between.
 
 In a worker whose broker is a :class:`~.broker.SimpleBrokerDramatiqBroker`
 of the same namespace, a result is not written on its own: it is left on
