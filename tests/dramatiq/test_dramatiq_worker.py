@@ -79,6 +79,8 @@ def test_sigkilled_workers_lose_nothing_and_repeat_only_what_was_in_flight(
     print(
         f"redelivery after SIGKILL (s), lease {KILL_LEASE}: {[round(t, 2) for t in redeliveries]}"
     )
+    twice = sorted(key for key, count in dones.items() if count > 1)
+    print(f"{len(sent)} tasks, {len(set(sent) - set(dones))} lost, done twice: {twice}")
     assert len(redeliveries) == KILLS
 
 
