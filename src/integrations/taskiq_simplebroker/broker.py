@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, Final, Unpack
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
@@ -34,6 +35,7 @@ from .result_backend import SimpleBrokerResultBackend
 from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
+from .sizing import SerializeOnce, check_size
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -142,7 +144,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        self.runner, _ = open_runner(url, server)
+        self.runner, _ = open_runner(url, server, owner=type(self))
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
@@ -169,7 +171,28 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._messages = [AsyncMessages(shard) for shard in self.shard_runners]
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
-        self.add_middlewares(_RejectionMarker(self), _LabelCheck(self))
+        self.add_middlewares(_RejectionMarker(self), _SendCheck(self))
+
+    @property
+    def formatter(self) -> TaskiqFormatter:
+        """Return the formatter of tasks (set by Taskiq, or by ``with_formatter``)."""
+        return self._formatter
+
+    @formatter.setter
+    def formatter(self, formatter: TaskiqFormatter) -> None:
+        # Wrapped so that kiq() reuses the serialization its size check made (.sizing).
+        self._formatter = (
+            formatter if isinstance(formatter, SerializeOnce) else SerializeOnce(formatter)
+        )
+
+    def add_middlewares(self, *middlewares: TaskiqMiddleware) -> None:
+        """Add Taskiq middlewares; this broker's send check stays the last one.
+
+        It serializes the task to check its size, so it must see the labels
+        and arguments the other middlewares set in ``pre_send`` (trace context).
+        """
+        super().add_middlewares(*middlewares)
+        self.middlewares.sort(key=lambda middleware: isinstance(middleware, _SendCheck))
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -345,12 +368,13 @@ def follow_taskiq_log_level() -> None:
             ours.setLevel(level)
 
 
-class _LabelCheck(TaskiqMiddleware):
-    """Refuses a task whose labels cannot be honoured, in ``kiq()`` before it is sent.
+class _SendCheck(TaskiqMiddleware):
+    """Refuses a task that cannot be sent as it is, in ``kiq()`` before it is sent.
 
     Taskiq turns whatever the broker's ``kick`` raises into a bare
     ``SendTaskError`` ("Cannot send task to the queue"); an error raised in
-    ``pre_send`` reaches the caller as it is, reason included.
+    ``pre_send`` reaches the caller as it is, reason included. The broker
+    keeps this middleware last (see :meth:`SimpleBrokerTaskiqBroker.add_middlewares`).
     """
 
     def __init__(self, target: SimpleBrokerTaskiqBroker) -> None:
@@ -358,10 +382,19 @@ class _LabelCheck(TaskiqMiddleware):
         self._target = target
 
     def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
-        """Raise :class:`LabelError` for an invalid ``queue_name``, ``priority`` or ``delay``."""
+        """Raise why ``message`` cannot be sent: its labels, or its size.
+
+        Raises:
+            LabelError: An invalid ``queue_name``, ``priority`` or ``delay`` label.
+            MessageTooLargeError: The task is larger than ``BROKER_MAX_MESSAGE_SIZE``.
+
+        """
         target = self._target
         label_queue(message.labels, target.queue, priorities=target.priorities)
         delay_seconds(message.labels.get("delay"))
+        formatter = target.formatter
+        if isinstance(formatter, SerializeOnce):  # always, unless replaced by hand
+            check_size(formatter.dumps_ahead(message), target.runner.max_message_size)
         return message
 
 
