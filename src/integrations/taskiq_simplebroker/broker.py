@@ -22,8 +22,9 @@ from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
+from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.types import DeadLetterEntry
-from simplebroker_redis.validation import number_problem, validate_queue_name
+from simplebroker_redis.validation import number_problem
 
 from .codec import encode_body
 from .connection import DurableServerKeywords, close_runner, open_runner
@@ -73,8 +74,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             ``redis+sentinel://`` URL. Default:
             ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
             project's ``.broker.toml`` (see :mod:`.connection`).
-        queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
-            routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
+        queue: Queue of the tasks (a task's ``queue_name`` label routes it
+            elsewhere). ``queue_name`` is accepted too (taskiq-redis). Any
+            name taskiq-redis takes (``taskiq:queue``): one SimpleBroker
+            refuses is stored escaped (``taskiq-3Aqueue``; see :mod:`.routing`).
         queues: Several queues a worker listens on, in strict order (all
             the first one holds before any of the second's); tasks go to the
             first unless labelled ``queue_name``. Instead of ``queue``.
@@ -160,10 +163,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.max_deliveries = (
             None if max_deliveries is None else _count("max_deliveries", max_deliveries)
         )
-        if dead_letter_queue is not None:
-            validate_queue_name(dead_letter_queue)
-        #: Each listened queue's dead-letter queue.
-        self.dead_letter_queues = {q: dead_letter_queue or f"{q}.dead" for q in self.queues}
+        dead = None if dead_letter_queue is None else storage_queue(dead_letter_queue)
+        #: Each listened queue's dead-letter queue (stored names).
+        self.dead_letter_queues = {q: dead or f"{q}.dead" for q in self.queues}
         self.dead_letter_queue = self.dead_letter_queues[self.queue]
         #: (queue, dead-letter queue) a worker reserves from, in order.
         self.sources = sources(self.queues, self.dead_letter_queues, priorities=self.priorities)
