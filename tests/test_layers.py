@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "ids": 0,
     "scripts": 0,
     "errors": 0,
+    "tlsprobe": 0,
     "retry": 0,
     "types": 0,
     "calls": 0,
