@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "priorities": 0,
     "ids": 0,
     "scripts": 0,
+    "scripts.__main__": 0,
     "errors": 0,
     "tlsprobe": 0,
     "retry": 0,

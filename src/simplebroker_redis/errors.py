@@ -266,6 +266,30 @@ def _located(text: str) -> str:
     return _USER_SCRIPT_RE.sub(swap, text)
 
 
+#: What to do when the Functions library is missing and the user may not load it.
+LOAD_LIBRARY_HINT: Final[str] = (
+    " (the Functions library is not loaded on this server, and this user may not load "
+    "it: an administrator loads it once per server with `python -m "
+    "simplebroker_redis.scripts load redis://ADMIN:PASSWORD@HOST:PORT/DB`, see the "
+    "README's Least-privilege ACL; or set backend option scripting = 'eval' and grant "
+    "+evalsha +script|load)"
+)
+
+
+def _permission_hint(text: str) -> str:
+    """Return what to do about a denial of the commands that run the scripts ('' for others)."""
+    if "'function|load'" in text:
+        return LOAD_LIBRARY_HINT
+    if "'fcall'" in text or "'function" in text:
+        return (
+            " (grant +fcall; or set backend option scripting = 'eval' and grant "
+            "+evalsha +script|load)"
+        )
+    if "'evalsha'" in text or "'script|load'" in text:
+        return " (with scripting = 'eval', grant +evalsha +script|load)"
+    return ""
+
+
 def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
     match = _SCRIPT_ERROR_RE.match(str(exc))
     if match:
@@ -286,13 +310,7 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
             retryable=True,
         )
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):
-        hint = ""
-        if "'function" in text or "'fcall'" in text:
-            hint = (
-                " (grant +fcall +function|load, or set backend option scripting = 'eval' "
-                "to run scripts with EVALSHA)"
-            )
-        return AccessDenied(f"Redis at {where} denied access: {text}{hint}")
+        return AccessDenied(f"Redis at {where} denied access: {text}{_permission_hint(text)}")
     hint = ""
     if "DB index is out of range" in text:
         hint = (
