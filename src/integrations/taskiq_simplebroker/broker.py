@@ -396,7 +396,8 @@ class _SendCheck(TaskiqMiddleware):
         delay_seconds(message.labels.get("delay"))
         formatter = target.formatter
         if isinstance(formatter, SerializeOnce):  # always, unless replaced by hand
-            check_size(formatter.dumps_ahead(message), target.runner.max_message_size)
+            limit = target.runner.max_message_size
+            formatter.dumps_ahead(message, lambda sent: check_size(sent, limit))
         return message
 
 

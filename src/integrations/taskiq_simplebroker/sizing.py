@@ -12,6 +12,7 @@ task (:meth:`SerializeOnce.dumps_ahead`) and checks its size, and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 
 from taskiq.abc.formatter import TaskiqFormatter
@@ -46,11 +47,14 @@ class SerializeOnce(TaskiqFormatter):
         """Parse a stored task (the formatter given to the broker does)."""
         return self.inner.loads(message)
 
-    def dumps_ahead(self, message: TaskiqMessage) -> BrokerMessage:
-        """Serialize ``message`` now, for the :meth:`dumps` that ``kiq()`` calls next."""
+    def dumps_ahead(self, message: TaskiqMessage, check: Callable[[BrokerMessage], None]) -> None:
+        """Serialize ``message`` now and ``check`` it; keep it for the :meth:`dumps` that follows.
+
+        A message ``check`` refuses (it raises) is not kept.
+        """
         sent = self.inner.dumps(message)
+        check(sent)
         _AHEAD.set((message, sent))
-        return sent
 
 
 def check_size(sent: BrokerMessage, limit: int) -> None:
