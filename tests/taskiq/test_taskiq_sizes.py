@@ -68,11 +68,17 @@ class _Stamp(TaskiqMiddleware):
         return message
 
 
-async def test_a_middleware_added_later_still_shapes_the_task_that_is_sent(client, broker):
-    """The size check serializes the task ahead of kiq(): it must come after the user's
-    middlewares, and what is sent is the task as they left it."""
-    client.add_middlewares(_Stamp())
-    assert type(client.middlewares[-1]).__name__ == "_SendCheck"
+@pytest.mark.parametrize("how", ["add_middlewares", "with_middlewares", "appended"])
+async def test_a_middleware_added_later_still_shapes_the_task_that_is_sent(client, broker, how):
+    """The size check serializes the task ahead of kiq(); what is sent is the task as
+    every middleware left it, however the middleware was added."""
+    stamp = _Stamp()
+    if how == "appended":  # by hand, after the broker's check: serialized again
+        stamp.set_broker(client)
+        client.middlewares.append(stamp)
+    else:
+        getattr(client, how)(stamp)
+        assert type(client.middlewares[-1]).__name__ == "_SendCheck"
     task = await kiq(client, "add", 1, 2)
     [body] = stored(broker)
     assert task.task_id in body and '"stamped":"yes"' in body.replace(" ", "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
-from typing import Any, Final, Unpack
+from typing import Any, Final, Self, Unpack
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from taskiq.abc.formatter import TaskiqFormatter
@@ -190,11 +190,16 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     def add_middlewares(self, *middlewares: TaskiqMiddleware) -> None:
         """Add Taskiq middlewares; this broker's send check stays the last one.
 
-        It serializes the task to check its size, so it must see the labels
-        and arguments the other middlewares set in ``pre_send`` (trace context).
+        It serializes the task to check its size, once for the check and the
+        send when no other ``pre_send`` runs after it (see :mod:`.sizing`).
         """
         super().add_middlewares(*middlewares)
         self.middlewares.sort(key=lambda middleware: isinstance(middleware, _SendCheck))
+
+    def with_middlewares(self, *middlewares: TaskiqMiddleware) -> Self:
+        """Add Taskiq middlewares and return this broker (see :meth:`add_middlewares`)."""
+        self.add_middlewares(*middlewares)
+        return self
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -397,8 +402,15 @@ class _SendCheck(TaskiqMiddleware):
         formatter = target.formatter
         if isinstance(formatter, SerializeOnce):  # always, unless replaced by hand
             limit = target.runner.max_message_size
-            formatter.dumps_ahead(message, lambda sent: check_size(sent, limit))
+            check = partial(check_size, limit=limit)
+            formatter.dumps_ahead(message, check, keep=self._shapes_last())
         return message
+
+    def _shapes_last(self) -> bool:
+        """Return whether no ``pre_send`` of another middleware runs after this one's."""
+        middlewares = self._target.middlewares
+        after = middlewares[middlewares.index(self) + 1 :] if self in middlewares else []
+        return all(type(other).pre_send is TaskiqMiddleware.pre_send for other in after)
 
 
 class _RejectionMarker(TaskiqMiddleware):

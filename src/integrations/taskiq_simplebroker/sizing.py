@@ -7,7 +7,9 @@ caller as it is. A task's size is known once it is serialized, which Taskiq
 does after every ``pre_send``. So the broker's last middleware serializes the
 task (:meth:`SerializeOnce.dumps_ahead`) and checks its size, and
 ``kiq()``'s own serialization, right after, returns that same message
-(:meth:`SerializeOnce.dumps`): no task is serialized twice.
+(:meth:`SerializeOnce.dumps`): no task is serialized twice. Should another
+middleware's ``pre_send`` run after it (one appended to ``broker.middlewares``
+by hand), the task is serialized again, as it may have changed.
 """
 
 from __future__ import annotations
@@ -47,14 +49,19 @@ class SerializeOnce(TaskiqFormatter):
         """Parse a stored task (the formatter given to the broker does)."""
         return self.inner.loads(message)
 
-    def dumps_ahead(self, message: TaskiqMessage, check: Callable[[BrokerMessage], None]) -> None:
-        """Serialize ``message`` now and ``check`` it; keep it for the :meth:`dumps` that follows.
+    def dumps_ahead(
+        self, message: TaskiqMessage, check: Callable[[BrokerMessage], None], *, keep: bool
+    ) -> None:
+        """Serialize ``message`` and ``check`` it; ``keep`` it for the :meth:`dumps` to follow.
 
-        A message ``check`` refuses (it raises) is not kept.
+        Keep it only when nothing can change the message before ``kiq()``
+        serializes it (no middleware's ``pre_send`` runs after this one). A
+        message ``check`` refuses (it raises) is not kept.
         """
         sent = self.inner.dumps(message)
         check(sent)
-        _AHEAD.set((message, sent))
+        if keep:
+            _AHEAD.set((message, sent))
 
 
 def check_size(sent: BrokerMessage, limit: int) -> None:
