@@ -199,7 +199,7 @@ def test_priorities_order_the_whole_queue_lowest_first(dq_broker, make_worker):
         later.send(n)
         normal.send(n)
         urgent.send(n)
-    assert dq_broker.levels("default") == ["default.p-5", "default", "default.p10"]
+    assert dq_broker.levels("default") == ["default.pm5", "default", "default.p10"]
     make_worker(dq_broker, worker_threads=1, worker_timeout=100)
     wait_for(lambda: len(ran) == 9, 30, "every message")
     assert [kind for kind, _ in ran] == ["urgent"] * 3 + ["normal"] * 3 + ["later"] * 3
@@ -354,3 +354,19 @@ def test_without_a_url_the_environment_then_the_project_config_name_the_server(
     (tmp_path / ".broker.toml").unlink()
     with pytest.raises(ConfigurationError, match="no server named"):
         SimpleBrokerDramatiqBroker()
+
+
+def test_queue_names_go_through_the_integrations_mapping(dq_broker, make_worker):
+    from simplebroker_redis.queue_names import shown_queue
+
+    ran = []
+
+    @dramatiq.actor(queue_name="jobs-AB", priority=-3)
+    def job():
+        ran.append(1)
+
+    assert dq_broker.levels("jobs-AB") == ["jobs-2DAB.pm3", "jobs-2DAB"]
+    assert shown_queue("jobs-2DAB.pm3") == "jobs-AB.pm3"
+    job.send()
+    make_worker(dq_broker)
+    wait_for(lambda: ran == [1], 30, "the message of the escaped queue")

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dramatiq.broker import Broker, Consumer
-from dramatiq.common import q_name, xq_name
+from dramatiq.common import q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
@@ -46,6 +46,7 @@ from .config import (
     ConfigurationError,
     Settings,
     choose_target,
+    dead_letter_queue,
     make_settings,
     storage_queue,
 )
@@ -203,8 +204,7 @@ class SimpleBrokerDramatiqBroker(Broker):
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
         """Return a consumer of ``queue_name`` (every priority level of its actors)."""
         queue = q_name(queue_name)
-        dead = xq_name(queue)
-        storage_queue(dead, 0)
+        dead = dead_letter_queue(queue)
 
         def sources() -> list[tuple[str, str | None]]:
             return [(level, dead) for level in self.levels(queue)]
@@ -220,7 +220,7 @@ class SimpleBrokerDramatiqBroker(Broker):
         """Drop the messages of ``queue_name`` (every level, and its dead letters)."""
         queue = q_name(queue_name)
         with connection_errors():
-            self.store.flush([*self.levels(queue), xq_name(queue)])
+            self.store.flush([*self.levels(queue), dead_letter_queue(queue)])
 
     def flush_all(self) -> None:
         """Drop the messages of every declared queue."""

@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from simplebroker_redis import queue_names
 from simplebroker_redis.integration import LeaseTiming, Target, TimingError, lease_timing
 from simplebroker_redis.observe import TargetError, find_target
 from simplebroker_redis.options import BackendOptions, InvalidTarget, parse_target
 from simplebroker_redis.priorities import priority_queue
-from simplebroker_redis.validation import validate_queue_name
 
 #: Environment variable naming the server when no ``url`` is given.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
@@ -135,19 +135,24 @@ def make_settings(
 def storage_queue(queue: str, priority: int) -> str:
     """Return where ``queue``'s messages of actor priority ``priority`` are stored.
 
-    Priority 0 (Dramatiq's default) is the queue itself; any other the
-    queue ``<queue>.p<priority>`` (``.p-1`` for -1).
+    Priority 0 (Dramatiq's default) is the queue itself, priority *P* > 0
+    the queue ``<queue>.p<P>`` (:func:`~simplebroker_redis.priorities.priority_queue`),
+    *P* < 0 ``<queue>.pm<-P>`` (``default.pm5`` for -5); every name goes
+    through the integrations' one mapping of queue names
+    (:func:`~simplebroker_redis.queue_names.storage_queue`: a Dramatiq name is
+    kept unless it holds ``--`` or a ``-`` before two upper-case hex digits).
 
     Raises:
-        ConfigurationError: The name is not a storable queue name.
+        ConfigurationError: The name cannot be stored.
 
     """
+    name = priority_queue(queue, priority) if priority >= 0 else f"{queue}.pm{-priority}"
     try:
-        return validate_queue_name(priority_queue(queue, priority))
+        return queue_names.storage_queue(name)
     except ValueError as exc:
         raise ConfigurationError(f"queue {queue!r} (priority {priority}): {exc}") from None
 
 
 def dead_letter_queue(queue: str) -> str:
-    """Return the dead-letter queue of ``queue`` (a canonical Dramatiq queue name)."""
-    return validate_queue_name(queue + DEAD_LETTER_SUFFIX)
+    """Return where the dead letters of ``queue`` (a canonical Dramatiq name) are stored."""
+    return queue_names.storage_queue(queue + DEAD_LETTER_SUFFIX)

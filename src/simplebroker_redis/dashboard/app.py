@@ -49,6 +49,7 @@ from starlette.staticfiles import StaticFiles
 from ..aio.runner import AsyncRedisRunner
 from ..calls import delete_queues
 from ..calls.operations import MAX_INSPECT, dead_letter_requeue, inspect
+from ..queue_names import shown_queue
 from ..types import QueueView
 from ..validation import validate_queue_name
 from .live import LiveState, read_state, state_json
@@ -286,7 +287,13 @@ def _queue_json(
                     item["reason"] = "rejected by its worker, or dead-lettered and reported"
             messages.append(item)
         states[part.state] = {"count": part.count, "messages": messages}
-    return {"queue": name, "dead_letter": dead, "states": states, "requeue_to": _source(name)}
+    return {
+        "queue": name,
+        "shown": shown_queue(name),
+        "dead_letter": dead,
+        "states": states,
+        "requeue_to": _source(name),
+    }
 
 
 def _source(name: str) -> str:

@@ -22,6 +22,7 @@ from ..aio.activity import AsyncActivity
 from ..aio.runner import AsyncRedisRunner
 from ..calls import depths
 from ..observe import NamespaceState, combine
+from ..queue_names import shown_queue
 from ..types import Snapshot
 
 logger = logging.getLogger("simplebroker_redis.dashboard")
@@ -65,6 +66,8 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
         queues.append(
             {
                 "name": depth.queue,
+                # A framework's name stored escaped (taskiq:queue), as its users wrote it.
+                "shown": shown_queue(depth.queue),
                 "pending": depth.pending,
                 "reserved": depth.reserved,
                 "delayed": depth.delayed,
