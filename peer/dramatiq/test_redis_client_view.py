@@ -177,7 +177,11 @@ def test_redis_consumer_settle_can_retry_on_connection_error(redis_broker, redis
             raise RuntimeError
 
     do_work.send(settle == "nack")
-    consumer = redis_worker.consumers[do_work.queue_name].consumer
+    # The consumer thread makes its consumer when it starts (as Dramatiq's
+    # test of issue 320 waits for it too).
+    thread = redis_worker.consumers[do_work.queue_name]
+    while (consumer := thread.consumer) is None:
+        time.sleep(0.001)
     calls = []
     if isinstance(redis_broker, RedisBroker):
         target, name = consumer.broker, f"do_{settle}"
