@@ -51,6 +51,8 @@ LAYERS: dict[str, int] = {
     "calls.schedules": 0,
     "calls.celery": 0,
     "calls.operations": 0,
+    "calls.tasks": 0,
+    "taskrecord": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,
@@ -86,6 +88,9 @@ LAYERS: dict[str, int] = {
     "integration": 3,  # what the framework integrations share
     "observe": 3,
     "workers": 3,
+    "tasks": 3,  # the task index, statistics and formats
+    "tasks.formats": 0,
+    "tasks.stats": 3,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
