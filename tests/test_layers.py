@@ -255,6 +255,7 @@ CELERY_LAYERS: dict[str, int] = {
     "bindings": 0,
     "tracing": 0,  # trace context in message headers (optional OpenTelemetry)
     "entries": 0,  # stored result values, their wake-up channels
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
     # 1: registries, wake-ups, the app's URL checks, worker metrics (Celery signals),
     # the channel order, result waiting and chords
     "cycle": 1,
@@ -262,6 +263,7 @@ CELERY_LAYERS: dict[str, int] = {
     "chords": 1,
     "urls": 1,
     "metrics": 1,
+    "taskstats": 1,  # runs counted per task name (Celery signals)
     "acks": 1,
     "wakeups": 1,
     # 2: what is done on the server, and its heartbeat
@@ -282,6 +284,8 @@ TASKIQ_LAYERS: dict[str, int] = {
     "codec": 0,
     "metrics": 0,
     "tracing": 0,
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
+    "taskstats": 0,  # tasks sent and runs finished, per task name
     # 1: where a runner connects, routing, shards, the server's eviction
     # policy, the commit batcher, the dead-letter watch
     "connection": 1,
@@ -306,6 +310,7 @@ PROTEAN_LAYERS: dict[str, int] = {
     "names": 0,
     "messages": 0,
     "liveness": 0,
+    "taskformat": 0,  # how the dashboard reads stored messages
     # 1: the broker table's settings, recorded failures
     "config": 1,
     "failures": 1,

@@ -19,6 +19,7 @@ from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
+from simplebroker_redis import tasks
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.types import DeadLetterEntry
@@ -34,6 +35,8 @@ from .result_backend import SimpleBrokerResultBackend
 from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
+from .taskformat import FRAMEWORK
+from .taskstats import TaskStatsMiddleware, count_sent
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -98,6 +101,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         task_id_generator: Taskiq's task ID generator.
         shards: Spread the queue over this many namespaces (hash slots, so
             cluster nodes); see :mod:`.shards`. 1: the namespace itself.
+        task_index: Index each sent task under its task id, so the
+            dashboard finds it (default on; ``SIMPLEBROKER_REDIS_TASK_INDEX=0``
+            turns it off where not given).
+        task_stats: Count tasks sent and runs finished per task name for
+            the dashboard and the exporter (default on;
+            ``SIMPLEBROKER_REDIS_TASK_STATS=0`` turns it off where not given).
         server: Where to connect (the keywords of
             :class:`~.connection.DurableServerKeywords`, which the result
             backend takes too):
@@ -139,6 +148,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
         shards: int = 1,
+        task_index: bool | None = None,
+        task_stats: bool | None = None,
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
@@ -170,6 +181,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
         self.add_middlewares(_RejectionMarker(self), _LabelCheck(self))
+        #: Sent tasks carry their task index key (see :mod:`simplebroker_redis.tasks`).
+        self.task_index = tasks.enabled(task_index, tasks.INDEX_ENV)
+        #: This process's task statistics (None: off).
+        self.task_stats = tasks.task_stats(self.runner) if tasks.enabled(task_stats) else None
+        if self.task_stats is not None:
+            self.add_middlewares(TaskStatsMiddleware(self.task_stats))
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -238,7 +255,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
-        await messages.write(queue, encode_body(message.message), delay_seconds=delay)
+        key = tasks.index_key(FRAMEWORK, message.task_id) if self.task_index else ""
+        await messages.write(queue, encode_body(message.message), delay_seconds=delay, task_key=key)
+        if self.task_stats is not None:
+            count_sent(self.task_stats, message.task_name, labels)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop).

@@ -94,9 +94,16 @@ class TaskFormat:
         """Return where to look for the task a user named ``query`` (``queues``: every queue)."""
         return Lookups(keys=(index_key(self.framework, query),))
 
-    def related(self, task_id: str, message_id: int, queues: Sequence[str]) -> Lookups:
-        """Return where else a found task has messages (Protean's group copies; none here)."""
+    def related(self, queue: str, message_id: int, queues: Sequence[str]) -> Lookups:
+        """Return where else the task of message ``message_id`` of ``queue`` has messages.
+
+        None by default; Protean's log entries have a copy in each consumer group.
+        """
         return Lookups()
+
+    def source_queue(self, dead_letter_queue: str) -> str | None:
+        """Return the queue the dead letters of ``dead_letter_queue`` came from, if known."""
+        return None
 
 
 @cache
