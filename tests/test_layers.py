@@ -91,6 +91,7 @@ LAYERS: dict[str, int] = {
     "tasks": 3,  # the task index, statistics and formats
     "tasks.formats": 0,
     "tasks.stats": 3,
+    "tasks.summary": 0,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -107,6 +108,8 @@ LAYERS: dict[str, int] = {
     "dashboard": 5,
     "dashboard.app": 5,
     "dashboard.live": 5,
+    "dashboard.access": 5,
+    "dashboard.tasks": 5,
     "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from opshelpers import (
     CHROMIUM_FLAGS,
+    OPS_DIR,
     PYTHONPATH,
+    TOKEN,
     Ops,
     chromium_path,
     start_dashboard,
@@ -48,6 +50,8 @@ def ops(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
             "OPS_MARKER": str(folder / "marker"),
             "OPS_METRICS_DIR": str(folder / "metrics"),
             "PROMETHEUS_MULTIPROC_DIR": str(folder / "metrics"),
+            # Task statistics reach the server every half second (2 s by default).
+            "SIMPLEBROKER_REDIS_TASK_STATS_INTERVAL": "0.5",
         }
         state = Ops(server.url, namespace, folder, env, Children(folder))
         try:
@@ -88,9 +92,25 @@ def celery_worker(ops: Ops) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def protean_worker(ops: Ops) -> Any:
+    """Protean's engine running ``opsprotean``'s handler (one consumer group).
+
+    Its lease heartbeat (and so its worker record) starts with its first
+    reservation; it is ready once its loop runs.
+    """
+    process = ops.children.start(
+        "protean",
+        [sys.executable, str(OPS_DIR / "opsprotean.py")],
+        ops.env,
+        ready=lambda p: "opsprotean ready" in p.output(),
+    )
+    return process.wait_ready()
+
+
+@pytest.fixture(scope="module")
 def dashboard(ops: Ops) -> str:
-    """The dashboard with actions allowed."""
-    return start_dashboard(ops, "dashboard", "--allow-actions")
+    """The dashboard with actions allowed (logged in with :data:`TOKEN`)."""
+    return start_dashboard(ops, "dashboard", "--allow-actions", "--token", TOKEN)
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,12 @@ async def slow(tag: str) -> str:
     return tag
 
 
+@broker.task(task_name="ops.quick")
+async def quick(n: int) -> int:
+    await asyncio.sleep(0.01 * (n % 5))
+    return n
+
+
 @broker.task(task_name="ops.flaky")
 async def flaky(tag: str, context: Annotated[Context, TaskiqDepends()]) -> str:
     if not Path(os.environ.get("OPS_MARKER", "/nonexistent")).exists():

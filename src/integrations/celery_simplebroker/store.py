@@ -111,7 +111,9 @@ class Store:
             self._heartbeat.stop()
 
     def close(self) -> None:
-        """Stop the heartbeat; the result backend no longer finds this store's messages."""
+        """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
+        if self.task_stats is not None:
+            self.task_stats.flush()
         acks_module.release(self.acks)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:

@@ -438,6 +438,8 @@ class SimpleBrokerBroker(BaseBroker):
         self._inflight.clear()
         if store is not None:
             try:
+                if store.task_stats is not None:
+                    store.task_stats.flush()
                 store.close()
             except Exception:  # closing must not raise during shutdown; logged
                 logger.exception("closing broker %s failed", self.name)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final
 from simplebroker_redis.tasks import Lookups, TaskFormat, TaskInfo, index_key
 from simplebroker_redis.tasks.formats import load_json, shorten
 
-from .messages import envelope_id, open_envelope
+from .messages import envelope_id, open_envelope, position_of
 from .names import SEP
 
 #: The framework's name in task index keys and on the dashboard.
@@ -57,9 +57,12 @@ def copy_key(group_queue: str, log_id: int | str) -> str:
 
 
 def _groups(queues: Sequence[str]) -> list[str]:
-    """Return the group queues among ``queues``: those registered beside their ``--at`` queue."""
-    names = set(queues)
-    return [queue for queue in queues if f"{queue}{SEP}at" in names]
+    """Return the group queues of ``queues``: one per registration (``<group>--at``) queue.
+
+    A group's queue exists only while it holds a copy; its registration stays.
+    """
+    suffix = f"{SEP}at"
+    return [queue.removesuffix(suffix) for queue in queues if queue.endswith(suffix)]
 
 
 class ProteanFormat(TaskFormat):
@@ -96,6 +99,15 @@ class ProteanFormat(TaskFormat):
         """Return the group copies of log entry ``message_id`` of log ``queue``."""
         mine = [group for group in _groups(queues) if group.split(SEP)[0] == queue]
         return Lookups(keys=tuple(copy_key(group, message_id) for group in mine))
+
+    def consumers(self, queue: str, queues: Sequence[str]) -> Sequence[tuple[str, str]]:
+        """Return each group of log ``queue`` and its ``--at`` queue (its copy position)."""
+        mine = [group for group in _groups(queues) if group.split(SEP)[0] == queue]
+        return [(group, f"{group}{SEP}at") for group in mine]
+
+    def progress_of(self, body: str) -> int | None:
+        """Return the log ID a group's position record says it has copied up to."""
+        return position_of(body)
 
     def source_queue(self, dead_letter_queue: str) -> str | None:
         """Return the group queue of a group's dead-letter queue (``<group>--dead``)."""

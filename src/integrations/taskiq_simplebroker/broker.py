@@ -9,6 +9,7 @@ acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
@@ -285,8 +286,11 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         return merged(listeners)  # type: ignore[return-value] # an async generator
 
     async def shutdown(self) -> None:
-        """Send pending acknowledgements, hand back held tasks, close connections."""
+        """Send pending acknowledgements and task statistics, hand back held tasks, close."""
         runtimes, self._runtimes = self._runtimes, []
+        if self.task_stats is not None:
+            # The counts go now, not a few seconds later (a producer is often done).
+            await asyncio.get_running_loop().run_in_executor(None, self.task_stats.flush)
         try:
             for runtime in runtimes:
                 if runtime.is_current():

@@ -105,6 +105,19 @@ class TaskFormat:
         """Return the queue the dead letters of ``dead_letter_queue`` came from, if known."""
         return None
 
+    def consumers(self, queue: str, queues: Sequence[str]) -> Sequence[tuple[str, str]]:
+        """Return who consumes copies of ``queue``'s messages, and where their progress is.
+
+        Pairs of (consumer queue, queue whose newest messages say how far it
+        got: :meth:`progress_of`). None by default; Protean's consumer groups
+        copy their stream's log.
+        """
+        return ()
+
+    def progress_of(self, body: str) -> int | None:
+        """Return the message ID a progress record says was reached (see :meth:`consumers`)."""
+        return None
+
 
 @cache
 def task_formats() -> tuple[TaskFormat, ...]:
