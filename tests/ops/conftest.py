@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from opshelpers import (
     CHROMIUM_FLAGS,
-    OPS_DIR,
     PYTHONPATH,
     TOKEN,
     Ops,
@@ -100,7 +99,8 @@ def protean_worker(ops: Ops) -> Any:
     """
     process = ops.children.start(
         "protean",
-        [sys.executable, str(OPS_DIR / "opsprotean.py")],
+        # Imported, not run as __main__: its consumer group is "opsprotean.Reporter".
+        [sys.executable, "-c", "import opsprotean; opsprotean.engine()"],
         ops.env,
         ready=lambda p: "opsprotean ready" in p.output(),
     )

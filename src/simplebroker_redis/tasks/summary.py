@@ -77,12 +77,8 @@ def totals(page: TaskStatsPage) -> dict[str, TaskRecord]:
 def top(records: dict[str, TaskRecord], most: int, other: str = "other") -> dict[str, TaskRecord]:
     """Return the ``most`` busiest names, the rest added up under ``other``."""
     ranked = sorted(records, key=lambda n: (-(records[n].enqueued + records[n].runs), n))
-    kept = {name: records[name] for name in ranked[:most]}
-    rest: Iterable[TaskRecord] = (records[name] for name in ranked[most:])
-    if len(ranked) > most:
-        merged = combined(rest)
-        if other in kept:
-            kept[other].add(merged)
-        else:
-            kept[other] = merged
+    kept = {name: records[name] for name in ranked[:most] if name != other}
+    rest: Iterable[TaskRecord] = (records[n] for n in ranked if n not in kept)
+    if len(kept) < len(ranked):
+        kept[other] = combined(rest)
     return kept

@@ -201,12 +201,17 @@ function drawChart(canvas, series, colors, options = {}) {
   series.forEach((points, i) => {
     ctx.strokeStyle = colors[i]; ctx.lineWidth = 1.8; ctx.beginPath();
     let drawing = false;
-    for (const [t, v] of points) {
-      if (v === null) { drawing = false; continue; }
+    points.forEach(([t, v], j) => {
+      if (v === null) { drawing = false; return; }
       const px = x(t), py = bottom - (bottom - top) * v / max;
       if (drawing) ctx.lineTo(px, py); else ctx.moveTo(px, py);
       drawing = true;
-    }
+      const next = points[j + 1];
+      if ((j === 0 || points[j - 1][1] === null) && (!next || next[1] === null)) {
+        ctx.fillStyle = colors[i];  // a point alone: a dot, no line to draw
+        ctx.fillRect(px - 2, py - 2, 4, 4);
+      }
+    });
     ctx.stroke();
   });
   // What the chart shows, for tests: its points with a value, and their sum.

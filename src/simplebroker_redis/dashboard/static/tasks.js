@@ -14,6 +14,7 @@ const busy = {};           // one request per view at a time, one more queued
 
 function fmtSeconds(value) {
   if (value === null || value === undefined) return "–";
+  if (value === 0) return "0";
   if (value < 0.001) return `${Math.round(value * 1e6)} µs`;
   if (value < 1) return `${(value * 1000).toFixed(value < 0.01 ? 1 : 0)} ms`;
   if (value < 120) return `${value.toFixed(2)} s`;
