@@ -12,12 +12,13 @@ of the server's whole CPU per operation (its threads' time from /proc) with
 the emptied build.
 
 Statistics: not a command per task but one ``task_stats.lua`` per process
-every 2 s. A ``TaskStats`` counts tasks of a few names as a worker would
-(one enqueued and one finished run per task, its execution time) and sends
-them; the script's time divided by the tasks counted is the cost per task,
-given for the tasks one process counts in those 2 s (10, 100, 1,000) and as
-a share of the server's CPU for a task (a write, plus a reservation and its
-deleting acknowledgement).
+every 5 s. A ``TaskStats`` counts tasks of five names as a worker would
+(one enqueued and one finished run per task, execution times spread from
+1 ms to 0.4 s) and sends them; the script's time divided by the tasks
+counted is the cost per task, given for the tasks one process counts
+between two sends (10, 100, 1,000: 2, 20, 200 tasks/s) and as a share of
+the server's CPU for a task (a write, plus a reservation and its deleting
+acknowledgement).
 
 ``python benchmarks/tasks_bench.py`` runs it alone; ``benchmarks/run.py``
 runs it in the ``operations`` section.
@@ -44,6 +45,7 @@ NO_INDEX = (
     "-- lib/tasks.lua, emptied for the benchmark\n"
     "-- uses: (nothing but the prelude)\n"
     "local function index_task(key, id, queue) end\n"
+    "local function index_tasks(entries) end\n"
     "local function forget_tasks(ids) end\n"
 )
 #: Tasks one process counts between two sends, and task names among them.

@@ -2,7 +2,8 @@
 
 The server keeps one record per task name and minute (and one since the
 namespace began) as text that ``lua/lib/taskstats.lua`` only adds up:
-``"<enqueued>,<done>,<failed>,<retried>,<sum µs>;<bucket>:<count>,..."``.
+``"<enqueued>,<done>,<failed>,<retried>,<sum µs>;<first bucket>:<count>,<count>,..."``
+(one count per bucket from the first that holds a run, '' for none).
 Execution times go into logarithmic buckets, four per doubling: bucket
 ``b`` holds runs of at most ``100 µs x 2**(b/4)`` (the first, every run up
 to 100 µs). A percentile read from them is the upper bound of the bucket
@@ -63,20 +64,26 @@ class TaskRecord:
         numbers += [0] * (5 - len(numbers))
         enqueued, done, failed, retried, sum_us = numbers
         record = cls(enqueued, done, failed, retried, sum_us)
-        for item in hist.split(","):
-            bucket, _, count = item.partition(":")
-            if bucket.isdigit() and count.isdigit():
-                record.hist[int(bucket)] = record.hist.get(int(bucket), 0) + int(count)
+        first, _, counts = hist.partition(":")
+        if first.isdigit():
+            for offset, count in enumerate(counts.split(",")):
+                if count.isdigit() and int(count):
+                    record.hist[int(first) + offset] = int(count)
         return record
 
     def encode(self) -> str:
         """Return the record as the server stores it."""
-        head = f"{self.enqueued},{self.done},{self.failed},{self.retried},{self.sum_us}"
-        return head + ";" + ",".join(f"{b}:{n}" for b, n in sorted(self.hist.items()))
+        head = f"{self.enqueued},{self.done},{self.failed},{self.retried},{self.sum_us};"
+        return head + self.histogram_text()
 
     def histogram_text(self) -> str:
-        """Return the histogram part only (``"<bucket>:<count>,..."``)."""
-        return ",".join(f"{b}:{n}" for b, n in sorted(self.hist.items()))
+        """Return the histogram part only (``"<first bucket>:<count>,<count>,..."``)."""
+        used = [bucket for bucket, count in self.hist.items() if count]
+        if not used:
+            return ""
+        first, last = min(used), max(used)
+        counts = (str(self.hist.get(b, 0) or "") for b in range(first, last + 1))
+        return f"{first}:" + ",".join(counts)
 
     def add(self, other: TaskRecord) -> None:
         """Add ``other``'s counts and runs to this record."""

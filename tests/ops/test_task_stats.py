@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -135,3 +136,19 @@ def test_percentiles_are_read_from_the_buckets_within_their_width() -> None:
         assert got is not None and exact <= got <= exact * 2 ** (1 / 4) + 1e-12
     assert percentile({}, 0.5) is None
     assert TaskRecord.parse(record.encode()) == record
+
+
+def test_the_server_adds_records_up_exactly_as_python_does(runner: RedisRunner) -> None:
+    """Records of every spread of times, merged in Lua one send at a time."""
+    rng = random.Random(44)
+    expected = TaskRecord()
+    minute = now_minute()
+    for _ in range(120):
+        record = TaskRecord(enqueued=rng.randint(0, 3), done=rng.randint(0, 3))
+        for _ in range(rng.randint(0, 6)):
+            record.run(10 ** rng.uniform(-5, 4))  # 10 µs to hours: first and last buckets too
+        expected.add(record)
+        runner.run(calls.task_stats([(minute, "t", record)], retention_minutes=10, most_names=5))
+    per_minute, totals = read(runner)
+    assert totals["t"] == expected == per_minute[(minute, "t")]
+    assert TaskRecord.parse(expected.encode()) == expected

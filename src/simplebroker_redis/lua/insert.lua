@@ -14,12 +14,12 @@ for i = 3, #ARGV, 4 do
   if redis.call('HEXISTS', K_BODIES, ARGV[i + 1]) == 1 then fail('DUPLICATE', ARGV[i + 1]) end
 end
 check_keys({K_QUEUES, K_PENDING})
-local queues, order = {}, {}
+local queues, order, indexed = {}, {}, {}
 local count = 0
 for i = 3, #ARGV, 4 do
   local queue, id = ARGV[i], ARGV[i + 1]
   redis.call('HSET', K_BODIES, id, ARGV[i + 2])
-  index_task(ARGV[i + 3], id, queue)
+  indexed[#indexed + 1] = {ARGV[i + 3], id, queue}
   redis.call('ZADD', K_PENDING, 0, mem(queue, id))
   count_event(queue, 'enqueued', 1)
   if not queues[queue] then
@@ -29,6 +29,7 @@ for i = 3, #ARGV, 4 do
   end
   count = count + 1
 end
+index_tasks(indexed)
 if required > floor then redis.call('HSET', K_META, 'last_ts', required) end
 for _, queue in ipairs(order) do wake(queue) end
 return count

@@ -9,7 +9,8 @@
 -- ARGV: 1 wake prefix, 2 retention in minutes, 3 most task names kept (a
 --       new name past it is counted as '(other)'), then octets (minute since
 --       the epoch (the process's clock), task name, enqueued, done, failed,
---       retried, sum of execution times µs, histogram "<bucket>:<count>,...").
+--       retried, sum of execution times µs, histogram "<first bucket>:<count>,...";
+--       see lib/taskstats.lua).
 -- Returns: the number of minute records written.
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA, WRONGTYPE, ARG.
 -- A minute after the server's current one counts as the current one (a
@@ -28,20 +29,24 @@ local admitted = {}
 local written = 0
 for i = 4, #ARGV, 8 do
   local name = ARGV[i + 1]
+  local total = false  -- the name's totals record, read once (one name per octet, mostly)
   if admitted[name] == nil then
-    if redis.call('HEXISTS', K_TASK_TOTALS, name) == 1 then
+    total = redis.call('HGET', K_TASK_TOTALS, name)
+    if total then
       admitted[name] = name
     elseif names < most then
       admitted[name], names = name, names + 1
       redis.call('HINCRBY', K_TASK_TOTALS, '', 1)
     else
-      admitted[name] = '(other)'
+      admitted[name], total = '(other)', nil
     end
+  else
+    total = nil
   end
   name = admitted[name]
   local delta = decode_task_record(table.concat({ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
     ARGV[i + 5], ARGV[i + 6]}, ',') .. ';' .. ARGV[i + 7])
-  add_task_record(K_TASK_TOTALS, name, delta)
+  add_task_record(K_TASK_TOTALS, name, delta, total)
   local minute = math.min(tonumber(ARGV[i]) or now, now)
   if minute > oldest then
     local field = string.format('%d', minute) .. ' ' .. name

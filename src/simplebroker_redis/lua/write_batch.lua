@@ -51,7 +51,9 @@ if #later > 0 then
   end
 end
 hset_all(K_BODIES, fields)
-for i = 1, count do index_task(ARGV[4 * i + 2], ids[i], ARGV[4 * i - 1]) end
+local indexed = {}
+for i = 1, count do indexed[i] = {ARGV[4 * i + 2], ids[i], ARGV[4 * i - 1]} end
+index_tasks(indexed)
 count_members(pending, 'enqueued')
 for _, i in ipairs(later) do count_event(ARGV[4 * i - 1], 'enqueued', 1) end
 for i, queue in ipairs(order) do

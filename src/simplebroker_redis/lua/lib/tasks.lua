@@ -22,6 +22,24 @@ local function index_task(key, id, queue)
   end
 end
 
+-- Index several messages: `entries` is {{key, id, queue}, ...} ('' keys are
+-- skipped), in as few HSETs as the chunking allows (a group commit's batch).
+local function index_tasks(entries)
+  local fields = {}
+  for _, entry in ipairs(entries) do
+    local key, id = entry[1], entry[2]
+    if key ~= '' then
+      fields[#fields + 1] = 'k:' .. key
+      fields[#fields + 1] = id .. ' ' .. entry[3]
+      fields[#fields + 1] = 'i:' .. id
+      fields[#fields + 1] = key
+    end
+  end
+  for i = 1, #fields, 4 * INDEX_CHUNK do
+    redis.pcall('HSET', K_TASKS, unpack(fields, i, math.min(i + 4 * INDEX_CHUNK - 1, #fields)))
+  end
+end
+
 -- The entries to drop for the deleted messages whose fields are `fields`
 -- ("i:<id>"), given their `keys` (HMGET's answer): each one's own, and its
 -- key's unless the key moved on to a newer message.
