@@ -58,6 +58,18 @@ def _script_usec(client: redis.Redis) -> int:
     return int(stats.get("cmdstat_fcall", {}).get("usec", 0))
 
 
+#: The commands the index runs (the scripts run them for other keys too: the
+#: difference between the builds is the index's own).
+INDEX_COMMANDS = ("hset", "hmget", "hdel")
+
+
+def _usec(client: redis.Redis) -> tuple[int, int]:
+    """Return the microseconds of FCALL and of the index's commands, from INFO commandstats."""
+    stats = client.info("commandstats")
+    own = sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in INDEX_COMMANDS)
+    return int(stats.get("cmdstat_fcall", {}).get("usec", 0)), own
+
+
 def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
     """Run the index operations in blocks of ``block``, alternating the two builds."""
     from simplebroker import resolve_config
@@ -79,7 +91,10 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
     core = RedisBrokerCore(runner, config=resolve_config(override={"BROKER_AUTO_VACUUM": 0}))
     leases = Leases(runner)
     client = redis.Redis.from_url(url)
-    totals = {mode: {op: {"n": 0, "cpu": 0.0, "script": []} for op in OPS} for mode in MODES}
+    totals = {
+        mode: {op: {"n": 0, "cpu": 0.0, "script": [], "commands": 0} for op in OPS}
+        for mode in MODES
+    }
     counter = iter(range(10**9))
     try:
         core.write("warm", BODY)
@@ -101,13 +116,15 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
                     core.write("c", BODY, task_key=f"bench:{next(counter)}")
                 for op in OPS:
                     body = bodies[op]
-                    script0 = _script_usec(client)
+                    script0, commands0 = _usec(client)
                     cpu0 = task_cpu_seconds(server_pid)
                     for _ in range(block):
                         body()
                     cpu1 = task_cpu_seconds(server_pid)
+                    script1, commands1 = _usec(client)
                     row = totals[mode][op]
-                    row["script"].append((_script_usec(client) - script0) / block)
+                    row["script"].append((script1 - script0) / block)
+                    row["commands"] += commands1 - commands0
                     row["n"] += block
                     row["cpu"] += cpu1 - cpu0
         indexed = client.hlen(runner.keys.tasks)
@@ -117,6 +134,7 @@ def child(url: str, n: int, server_pid: int, block: int) -> dict[str, Any]:
                 op: {
                     "server_cpu_us_per_op": row["cpu"] / row["n"] * 1e6,
                     "script_us_per_op": median(row["script"]),
+                    "commands_us_per_op": row["commands"] / row["n"],
                 }
                 for op, row in totals[mode].items()
             }
@@ -156,12 +174,13 @@ def index_cost(server: Server, *, reps: int, quick: bool, progress: Any = None) 
         for mode in MODES:
             row[mode] = {
                 key: median([s[key] for s in samples[mode][op]])
-                for key in ("server_cpu_us_per_op", "script_us_per_op")
+                for key in ("server_cpu_us_per_op", "script_us_per_op", "commands_us_per_op")
             }
         on, off = row["index"], row["no-index"]
         added = on["script_us_per_op"] - off["script_us_per_op"]
         row["script_added_us"] = added
         row["script_cost_pct"] = 100 * added / off["server_cpu_us_per_op"]
+        row["commands_added_us"] = on["commands_us_per_op"] - off["commands_us_per_op"]
         table["ops"][op] = row
     return table
 
@@ -215,6 +234,7 @@ def report(result: dict[str, Any]) -> str:
             f"{row['index']['script_us_per_op']:.1f}",
             f"{row['script_added_us']:+.2f}",
             f"{row['script_cost_pct']:+.1f} %",
+            f"{row['commands_added_us']:+.2f}",
         ]
         for op, row in index["ops"].items()
     ]
@@ -227,6 +247,7 @@ def report(result: dict[str, Any]) -> str:
             "with index",
             "added µs",
             "cost",
+            "index commands µs",
         ],
         rows,
     )

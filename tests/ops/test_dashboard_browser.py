@@ -475,8 +475,8 @@ def test_the_task_charts_draw_a_burst_without_a_reload(
     shot(page, "task-charts")
 
 
-def test_a_read_only_page_offers_no_retry(
-    ops: Ops, browser: Any, taskiq_worker: dict[str, Any]
+def test_a_read_only_page_offers_no_retry_and_no_login_no_action(
+    ops: Ops, browser: Any, dashboard: str, taskiq_worker: dict[str, Any]
 ) -> None:
     base = start_dashboard(ops, "read-only-page")
     runner = RedisRunner(ops.url, namespace=ops.namespace)
@@ -498,6 +498,18 @@ def test_a_read_only_page_offers_no_retry(
                  body: JSON.stringify({target: 'ro-page'})})).status"""
         )
         assert status == 403
+        # A browser that never logged in to the dashboard with actions is refused too.
+        other = browser.new_context()
+        try:
+            stranger = other.new_page()
+            stranger.goto(dashboard + "/static/app.css")  # same origin, no login
+            status = stranger.evaluate(
+                """async () => (await fetch('/api/dead-letters/ro-page.dead/purge', {
+                     method: 'POST', headers: {'x-csrf-token': 'guessed'}})).status"""
+            )
+            assert status == 401
+        finally:
+            other.close()
         assert core.peek_many("ro-page.dead", 10, with_timestamps=False) == ["dead body"]
     finally:
         context.close()

@@ -63,9 +63,25 @@ local function stale_entries(fields, keys)
   return drop
 end
 
+-- Drop the index entries of one deleted message (the common case: a worker
+-- acknowledging its task): one HGET when it was not indexed, three commands
+-- and no table when it was.
+local function forget_task(id)
+  local field = 'i:' .. id
+  local key = redis.pcall('HGET', K_TASKS, field)
+  if type(key) ~= 'string' then return end
+  local current = redis.pcall('HGET', K_TASKS, 'k:' .. key)
+  if type(current) == 'string' and string.sub(current, 1, ID_WIDTH) == id then
+    redis.pcall('HDEL', K_TASKS, field, 'k:' .. key)
+  else
+    redis.pcall('HDEL', K_TASKS, field)
+  end
+end
+
 -- Drop the index entries of deleted messages `ids`: one HMGET when none of
 -- them was indexed.
 local function forget_tasks(ids)
+  if #ids == 1 then return forget_task(ids[1]) end
   for i = 1, #ids, INDEX_CHUNK do
     local fields = {}
     for j = i, math.min(i + INDEX_CHUNK - 1, #ids) do fields[#fields + 1] = 'i:' .. ids[j] end
