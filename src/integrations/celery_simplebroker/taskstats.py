@@ -77,5 +77,11 @@ def _postrun(
         stats.finished(task.name, time.perf_counter() - started, ok=state == "SUCCESS")
 
 
+def _process_shutdown(**_: Any) -> None:
+    # A prefork child ends without atexit: send what it counted first.
+    tasks.flush_all()
+
+
 signals.task_prerun.connect(_prerun, weak=False)
 signals.task_postrun.connect(_postrun, weak=False)
+signals.worker_process_shutdown.connect(_process_shutdown, weak=False)

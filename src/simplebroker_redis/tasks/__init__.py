@@ -23,7 +23,7 @@ from .formats import (
     index_key,
     task_formats,
 )
-from .stats import INDEX_ENV, STATS_ENV, TaskStats, enabled, task_stats
+from .stats import INDEX_ENV, STATS_ENV, TaskStats, enabled, flush_all, task_stats
 
 __all__ = [
     "INDEX_ENV",
@@ -35,6 +35,7 @@ __all__ = [
     "TaskStats",
     "describe",
     "enabled",
+    "flush_all",
     "index_key",
     "task_formats",
     "task_stats",

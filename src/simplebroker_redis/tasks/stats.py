@@ -218,7 +218,12 @@ def task_stats(runner: RunnerBase) -> TaskStats:
 
 
 @atexit.register
-def _flush_all() -> None:
+def flush_all() -> None:
+    """Send what every :class:`TaskStats` of this process holds (at exit, or a worker's end).
+
+    Frameworks whose worker processes end without running ``atexit``
+    (Celery's prefork children) call it from their own shutdown hook.
+    """
     for recorder in list(_recorders.values()):
         try:
             recorder.close()
