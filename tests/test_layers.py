@@ -109,6 +109,7 @@ LAYERS: dict[str, int] = {
     "dashboard.app": 5,
     "dashboard.live": 5,
     "dashboard.access": 5,
+    "dashboard.actions": 5,
     "dashboard.tasks": 5,
     "dashboard.__main__": 5,
     "aio": 5,

@@ -148,8 +148,13 @@ class TaskStats:
             taken, self._pending = self._pending, {}
         return taken
 
-    def flush(self) -> int:
-        """Send what this process counted; return how many records were sent."""
+    def flush(self, *, final: bool = False) -> int:
+        """Send what this process counted; return how many records were sent.
+
+        What cannot be sent is kept for the next send, unless ``final`` (the
+        process ends): then it is dropped, and said so at INFO level only (a
+        server gone before its last producer is no news at exit).
+        """
         taken = self._take()
         if not taken:
             return 0
@@ -163,6 +168,9 @@ class TaskStats:
                 )
                 sent += len(batch)
         except Exception as exc:  # noqa: BLE001 - kept for the next try; counting never fails a task
+            if final:
+                logger.info("task statistics not sent at exit: %s", exc)
+                return sent
             self._keep(list(taken.items())[sent:])
             if not self._failing:
                 logger.warning("could not send task statistics (kept for the next try): %s", exc)
@@ -183,10 +191,10 @@ class TaskStats:
                     held.add(record)
 
     def close(self) -> None:
-        """Stop sending in the background, and send what is left."""
+        """Stop sending in the background, and send what is left (the process ends)."""
         self._stop.set()
         if self._pid == os.getpid():
-            self.flush()
+            self.flush(final=True)
 
 
 def _batches(
