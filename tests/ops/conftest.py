@@ -1,7 +1,8 @@
 """Fixtures of the operations tests: real workers, the dashboard, headless Chromium.
 
-One Taskiq worker, one Celery worker and one dashboard serve every test of
-a module (module scope: starting them is what costs time). Chromium is
+One Taskiq worker, one Celery worker, one Protean engine and one dashboard
+serve every test of a module (module scope: starting them is what costs
+time). Chromium is
 Debian's (``/usr/bin/chromium``, or ``$SIMPLEBROKER_REDIS_CHROMIUM``),
 driven by Playwright without a browser download. With
 ``SIMPLEBROKER_REDIS_REQUIRE_BROWSER=1`` (CI) a missing browser fails the

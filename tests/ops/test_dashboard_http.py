@@ -257,3 +257,31 @@ def test_another_address_than_loopback_needs_a_login(ops: Ops) -> None:
     )
     assert done.returncode == 2
     assert "--token" in done.stderr and "--basic-auth" in done.stderr
+
+
+def test_every_dashboard_reads_the_same_task_statistics_from_the_server(
+    ops: Ops, dashboard: str, read_only: str
+) -> None:
+    """Kept in the server: a dashboard started later (a restart) and another one agree."""
+    from simplebroker_redis.tasks import TaskStats
+
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    try:
+        stats = TaskStats(runner, interval=3600)
+        stats.enqueued("agree.task", 7)
+        for seconds in (0.01, 0.02, 0.5):
+            stats.finished("agree.task", seconds, ok=seconds < 0.1)
+        stats.flush()
+    finally:
+        runner.shutdown()
+    late = start_dashboard(ops, "late")  # started after the counts were sent
+    readings = []
+    for base, login in ((dashboard, bearer()), (read_only, {}), (late, {})):
+        status, text, _ = request(base + "/api/tasks/stats?minutes=5", **login)
+        assert status == 200, text
+        [row] = [row for row in json.loads(text)["names"] if row["name"] == "agree.task"]
+        readings.append(row)
+    assert readings[0] == readings[1] == readings[2]
+    row = readings[0]
+    assert (row["enqueued"], row["done"], row["failed"], row["runs"]) == (7, 2, 1, 3)
+    assert row["p50"] is not None and 0.02 <= row["p50"] <= 0.02 * 2 ** (1 / 4)
