@@ -10,9 +10,9 @@ server-sent event (``state``); pages never poll. Readings are at most
 ``min_gap`` seconds apart, so a burst of wake-ups costs one read.
 
 With a reading, at most once a second, go the tasks in flight
-(``running.lua``) and the last hour of task statistics
-(``task_stats_read.lua``): a ``tasks`` event when they changed, so the
-page's "running now" and its task charts follow without a reload.
+(``running.lua``) and, read at most every 2.5 s, the last hour of task
+statistics (``task_stats_read.lua``): a ``tasks`` event when they changed,
+so the page's "running now" and its task charts follow without a reload.
 """
 
 from __future__ import annotations
@@ -43,8 +43,12 @@ MIN_GAP_SECONDS: Final[float] = 0.25
 #: Events a slow page may fall behind by before it misses some.
 CLIENT_BACKLOG: Final[int] = 8
 
-#: Least seconds between two readings of the tasks (in flight, statistics).
+#: Least seconds between two readings of the tasks in flight.
 TASKS_GAP_SECONDS: Final[float] = 1.0
+
+#: Least seconds between two readings of the task statistics: processes send
+#: theirs every 5 s, and an hour of records of many task names is not small.
+STATS_GAP_SECONDS: Final[float] = 2.5
 
 #: Tasks in flight a ``tasks`` event lists.
 RUNNING_SENT: Final[int] = 100
@@ -115,13 +119,12 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
     }
 
 
-async def tasks_json(runner: AsyncRedisRunner, reading: NamespaceState) -> dict[str, Any]:
-    """Return what a ``tasks`` event carries: tasks in flight, the last hour's statistics."""
-    running = await Reader(runner, reading).running(RUNNING_SENT)
+async def stats_json(runner: AsyncRedisRunner, reading: NamespaceState) -> dict[str, Any]:
+    """Return the last hour's task statistics as a ``tasks`` event carries them."""
     last = reading.now_us // 60_000_000
     first = last - STATS_MINUTES + 1
     page = await runner.run(task_stats_read(first, last))
-    return {"running": running, "stats": {**series(page, first, last), "names": names_table(page)}}
+    return {**series(page, first, last), "names": names_table(page)}
 
 
 def _totals(counters: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -150,7 +153,8 @@ class LiveState:
         self._kick = asyncio.Event()
         self.last: str | None = None  #: the last state event's data (JSON)
         self.last_tasks: str | None = None  #: the last tasks event's data (JSON)
-        self._tasks_read = 0.0
+        self._tasks_read = self._stats_read = 0.0
+        self._stats: dict[str, Any] = {}
         self.reads = 0  #: readings made (tests)
 
     def subscribe(self) -> asyncio.Queue[Event]:
@@ -200,9 +204,7 @@ class LiveState:
                         watched = names
                     self._publish(json.dumps(state_json(state, self._runner.keys.namespace)))
                     if loop.time() - self._tasks_read >= TASKS_GAP_SECONDS:
-                        self._tasks_read = loop.time()
-                        tasks = json.dumps(await tasks_json(self._runner, state))
-                        self._publish(tasks, "tasks")
+                        await self._read_tasks(state, loop.time())
                 except Exception as exc:  # noqa: BLE001 - the reader outlives outages
                     logger.warning("could not read the namespace: %s", exc)
                     self._publish(json.dumps({"error": "the server could not be read"}))
@@ -211,6 +213,15 @@ class LiveState:
         finally:
             if activity is not None:
                 await activity.close()
+
+    async def _read_tasks(self, state: NamespaceState, now: float) -> None:
+        """Publish the tasks in flight, and the statistics read at most every few seconds."""
+        self._tasks_read = now
+        if now - self._stats_read >= STATS_GAP_SECONDS:
+            self._stats_read = now
+            self._stats = await stats_json(self._runner, state)
+        running = await Reader(self._runner, state).running(RUNNING_SENT)
+        self._publish(json.dumps({"running": running, "stats": self._stats}), "tasks")
 
     async def _wait(self, activity: AsyncActivity | None) -> None:
         """Return on a wake-up, an action of the dashboard, or after ``refresh`` seconds."""
