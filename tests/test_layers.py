@@ -37,10 +37,13 @@ LAYERS: dict[str, int] = {
     "targets": 0,
     "target_query": 0,
     "validation": 0,
+    "queue_names": 0,
     "priorities": 0,
     "ids": 0,
     "scripts": 0,
+    "scripts.__main__": 0,
     "errors": 0,
+    "tlsprobe": 0,
     "retry": 0,
     "types": 0,
     "calls": 0,
@@ -283,9 +286,11 @@ CELERY_LAYERS: dict[str, int] = {
 }
 
 TASKIQ_LAYERS: dict[str, int] = {
-    # 0: errors, message bodies, the optional middlewares (metrics, tracing)
+    # 0: errors, message bodies and their size check, the optional middlewares
+    # (metrics, tracing)
     "errors": 0,
     "codec": 0,
+    "sizing": 0,
     "metrics": 0,
     "tracing": 0,
     "taskformat": 0,  # how the dashboard reads stored tasks and results

@@ -11,7 +11,13 @@ Public names re-exported here; see ``docs/architecture.md`` for the design.
 from importlib.metadata import PackageNotFoundError, version
 
 from .core import RedisBrokerCore
-from .errors import AccessDenied, ReplicationTimeout, ReservationConflict, ReservationLost
+from .errors import (
+    AccessDenied,
+    Rejected,
+    ReplicationTimeout,
+    ReservationConflict,
+    ReservationLost,
+)
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .leases import LeaseCalls, Leases
 from .options import BackendOptions, InvalidTarget
@@ -44,6 +50,7 @@ __all__ = [
     "RedisBackendPlugin",
     "RedisBrokerCore",
     "RedisRunner",
+    "Rejected",
     "ReplicationTimeout",
     "ReservationConflict",
     "ReservationLost",

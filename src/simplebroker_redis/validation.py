@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+from simplebroker import resolve_config
 from simplebroker.ext import MessageError, QueueNameError
 
 from .keys import format_id
@@ -84,6 +87,19 @@ def finite_number(
 def optional_id(value: int | None) -> str:
     """Return the 19-digit form of an optional bound ('' for None)."""
     return "" if value is None else format_id(value)
+
+
+def message_size_limit(config: Mapping[str, Any] | None) -> int:
+    """Return the largest message a writer accepts: one rule for every entry point.
+
+    ``MAX_MESSAGE_SIZE`` of SimpleBroker's ``config``; without a config, of
+    the environment (``BROKER_MAX_MESSAGE_SIZE``), as the ``broker`` command
+    reads it; SimpleBroker's default (10 MB) when neither sets it. The
+    runners, the core and every integration's writes take their limit here.
+    """
+    source = resolve_config(env=os.environ) if config is None else config
+    limit = source.get("MAX_MESSAGE_SIZE")
+    return int(resolve_config()["MAX_MESSAGE_SIZE"] if limit is None else limit)
 
 
 def validate_message(message: object, max_size: int) -> str:

@@ -247,3 +247,21 @@ def test_control_shutdown_reports_as_it_does_with_celerys_redis_transport(
     assert worker.process.wait(timeout=30) == 0
     assert shutdown.returncode == 69, shutdown
     assert "No nodes replied within time constraint" in shutdown.stderr + shutdown.stdout
+
+
+def test_celery_report_names_the_driver_and_its_version(celery_env):
+    """``celery -A proj report``: ``simplebroker-redis:<version> (redis-py <version>)``, not N/A."""
+    from importlib.metadata import version
+
+    report = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celeryapp", "report"],
+        env=celery_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    driver = f"simplebroker-redis:{version('simplebroker-redis')} (redis-py {redis.__version__})"
+    assert driver in report.stdout, report.stdout
+    assert "N/A" not in report.stdout.split("platform ->")[0], report.stdout

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 from celery import chain, chord, group
+from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 
 from celery_simplebroker import storage_queue, taskstats
@@ -48,6 +49,23 @@ def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, na
     # They expire after result_expires (Celery's default: one day).
     assert 86_000 < runner.execute(lambda client: client.ttl(key)) <= 86_400
     runner.shutdown()
+
+
+def test_an_expired_task_gets_its_revoked_result_from_a_prefork_worker(app, start_worker):
+    """``expires=0.001``: revoked as "expired" (REVOKED, TaskRevokedError), never left PENDING.
+
+    The transport delivers a task whose own expiry passed, and the worker
+    revokes it and stores its result, as with Celery's Redis transport; a
+    task sent with time to spare still runs.
+    """
+    start_worker("pf", pool="prefork")
+    expired = app.send_task("add", (1, 2), expires=0.001)
+    started = time.monotonic()
+    with pytest.raises(TaskRevokedError, match="expired"):
+        expired.get(timeout=30)
+    assert expired.state == "REVOKED"
+    assert time.monotonic() - started < 30
+    assert app.send_task("add", (2, 2), expires=60).get(timeout=30) == 4
 
 
 def test_result_get_is_woken_not_polled(app, start_worker):

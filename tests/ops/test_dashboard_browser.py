@@ -32,6 +32,7 @@ from taskiq.kicker import AsyncKicker
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.queue_names import storage_queue
 from support.eventlog import read_events
 from support.waiting import wait_for
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
@@ -320,6 +321,24 @@ def test_a_celery_worker_sends_its_lease_counts_as_events(
     event = got[0]
     assert event["hostname"].startswith("ops-")
     assert {"renew_failures", "leases_lost", "recovered"} <= set(event)
+
+
+def test_a_queue_stored_escaped_is_shown_by_the_frameworks_name(ops: Ops, page: Any) -> None:
+    """Taskiq's ``taskiq:names`` is stored as ``taskiq-3Anames``: the page shows the first."""
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    core = RedisBrokerCore(runner)
+    stored = storage_queue("taskiq:names")
+    try:
+        core.write(stored, "one")
+        row = f"#queues tr[data-queue='{stored}']"
+        page.wait_for_selector(row, timeout=30_000)
+        name = page.locator(f"{row} td.name")
+        assert name.text_content() == "taskiq:names"
+        assert name.get_attribute("title") == stored  # what broker peek and the actions take
+        core.delete(stored)
+    finally:
+        core.close()
+        runner.shutdown()
 
 
 # -- tasks, not only queues (issue 44) -----------------------------------------------------

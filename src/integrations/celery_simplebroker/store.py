@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Mapping
 from queue import Empty
 from typing import Any, Final, cast
 
-from simplebroker import resolve_config
-
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels, priority_queue
@@ -64,7 +62,7 @@ class Store:
         self.options = options
         self.holdings = Holdings()
         self.acks = ResultAcks(runner.identity, self.holdings)
-        self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
+        self.max_message_size = runner.max_message_size  # BROKER_MAX_MESSAGE_SIZE, as everywhere
         self._on_beat = on_beat
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None

@@ -30,6 +30,7 @@ from simplebroker import BrokerTarget, QueueStats, open_broker, resolve_config
 from simplebroker.ext import BrokerConnection
 
 from simplebroker_redis.tasks import TaskStats
+from simplebroker_redis.validation import message_size_limit
 
 from .config import Settings
 from .failures import FailureRecords
@@ -71,7 +72,7 @@ class Store(ABC):
         #: SimpleBroker's configuration from the environment (BROKER_*), as
         #: its CLI reads it, so limits agree with what ``broker`` enforces.
         self.config = resolve_config(env=os.environ)
-        self.max_message_size = int(self.config["MAX_MESSAGE_SIZE"])
+        self.max_message_size = message_size_limit(self.config)
         #: Deliveries after which a copy is dead-lettered (None: never); the
         #: broker may change it (Protean's ``_max_retries``).
         self.max_deliveries: int | None = settings.max_deliveries

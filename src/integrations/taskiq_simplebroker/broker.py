@@ -13,9 +13,10 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
-from typing import Any, Final, Unpack
+from typing import Any, Final, Self, Unpack
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
@@ -23,8 +24,9 @@ from taskiq.message import BrokerMessage
 from simplebroker_redis import tasks
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
+from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.types import DeadLetterEntry
-from simplebroker_redis.validation import number_problem, validate_queue_name
+from simplebroker_redis.validation import number_problem
 
 from .codec import encode_body
 from .connection import DurableServerKeywords, close_runner, open_runner
@@ -36,6 +38,7 @@ from .result_backend import SimpleBrokerResultBackend
 from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
+from .sizing import SerializeOnce, check_size
 from .taskformat import FRAMEWORK
 from .taskstats import TaskStatsMiddleware, count_sent
 
@@ -75,8 +78,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             ``redis+sentinel://`` URL. Default:
             ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
             project's ``.broker.toml`` (see :mod:`.connection`).
-        queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
-            routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
+        queue: Queue of the tasks (a task's ``queue_name`` label routes it
+            elsewhere). ``queue_name`` is accepted too (taskiq-redis). Any
+            name taskiq-redis takes (``taskiq:queue``): one SimpleBroker
+            refuses is stored escaped (``taskiq-3Aqueue``; see :mod:`.routing`).
         queues: Several queues a worker listens on, in strict order (all
             the first one holds before any of the second's); tasks go to the
             first unless labelled ``queue_name``. Instead of ``queue``.
@@ -154,7 +159,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        self.runner, _ = open_runner(url, server)
+        self.runner, _ = open_runner(url, server, owner=type(self))
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
@@ -170,10 +175,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.max_deliveries = (
             None if max_deliveries is None else _count("max_deliveries", max_deliveries)
         )
-        if dead_letter_queue is not None:
-            validate_queue_name(dead_letter_queue)
-        #: Each listened queue's dead-letter queue.
-        self.dead_letter_queues = {q: dead_letter_queue or f"{q}.dead" for q in self.queues}
+        dead = None if dead_letter_queue is None else storage_queue(dead_letter_queue)
+        #: Each listened queue's dead-letter queue (stored names).
+        self.dead_letter_queues = {q: dead or f"{q}.dead" for q in self.queues}
         self.dead_letter_queue = self.dead_letter_queues[self.queue]
         #: (queue, dead-letter queue) a worker reserves from, in order.
         self.sources = sources(self.queues, self.dead_letter_queues, priorities=self.priorities)
@@ -181,13 +185,39 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._messages = [AsyncMessages(shard) for shard in self.shard_runners]
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
-        self.add_middlewares(_RejectionMarker(self), _LabelCheck(self))
+        self.add_middlewares(_RejectionMarker(self), _SendCheck(self))
         #: Sent tasks carry their task index key (see :mod:`simplebroker_redis.tasks`).
         self.task_index = tasks.enabled(task_index, tasks.INDEX_ENV)
         #: This process's task statistics (None: off).
         self.task_stats = tasks.task_stats(self.runner) if tasks.enabled(task_stats) else None
         if self.task_stats is not None:
             self.add_middlewares(TaskStatsMiddleware(self.task_stats))
+
+    @property
+    def formatter(self) -> TaskiqFormatter:
+        """Return the formatter of tasks (set by Taskiq, or by ``with_formatter``)."""
+        return self._formatter
+
+    @formatter.setter
+    def formatter(self, formatter: TaskiqFormatter) -> None:
+        # Wrapped so that kiq() reuses the serialization its size check made (.sizing).
+        self._formatter = (
+            formatter if isinstance(formatter, SerializeOnce) else SerializeOnce(formatter)
+        )
+
+    def add_middlewares(self, *middlewares: TaskiqMiddleware) -> None:
+        """Add Taskiq middlewares; this broker's send check stays the last one.
+
+        It serializes the task to check its size, once for the check and the
+        send when no other ``pre_send`` runs after it (see :mod:`.sizing`).
+        """
+        super().add_middlewares(*middlewares)
+        self.middlewares.sort(key=lambda middleware: isinstance(middleware, _SendCheck))
+
+    def with_middlewares(self, *middlewares: TaskiqMiddleware) -> Self:
+        """Add Taskiq middlewares and return this broker (see :meth:`add_middlewares`)."""
+        self.add_middlewares(*middlewares)
+        return self
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -369,12 +399,13 @@ def follow_taskiq_log_level() -> None:
             ours.setLevel(level)
 
 
-class _LabelCheck(TaskiqMiddleware):
-    """Refuses a task whose labels cannot be honoured, in ``kiq()`` before it is sent.
+class _SendCheck(TaskiqMiddleware):
+    """Refuses a task that cannot be sent as it is, in ``kiq()`` before it is sent.
 
     Taskiq turns whatever the broker's ``kick`` raises into a bare
     ``SendTaskError`` ("Cannot send task to the queue"); an error raised in
-    ``pre_send`` reaches the caller as it is, reason included.
+    ``pre_send`` reaches the caller as it is, reason included. The broker
+    keeps this middleware last (see :meth:`SimpleBrokerTaskiqBroker.add_middlewares`).
     """
 
     def __init__(self, target: SimpleBrokerTaskiqBroker) -> None:
@@ -382,11 +413,28 @@ class _LabelCheck(TaskiqMiddleware):
         self._target = target
 
     def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
-        """Raise :class:`LabelError` for an invalid ``queue_name``, ``priority`` or ``delay``."""
+        """Raise why ``message`` cannot be sent: its labels, or its size.
+
+        Raises:
+            LabelError: An invalid ``queue_name``, ``priority`` or ``delay`` label.
+            MessageTooLargeError: The task is larger than ``BROKER_MAX_MESSAGE_SIZE``.
+
+        """
         target = self._target
         label_queue(message.labels, target.queue, priorities=target.priorities)
         delay_seconds(message.labels.get("delay"))
+        formatter = target.formatter
+        if isinstance(formatter, SerializeOnce):  # always, unless replaced by hand
+            limit = target.runner.max_message_size
+            check = partial(check_size, limit=limit)
+            formatter.dumps_ahead(message, check, keep=self._shapes_last())
         return message
+
+    def _shapes_last(self) -> bool:
+        """Return whether no ``pre_send`` of another middleware runs after this one's."""
+        middlewares = self._target.middlewares
+        after = middlewares[middlewares.index(self) + 1 :] if self in middlewares else []
+        return all(type(other).pre_send is TaskiqMiddleware.pre_send for other in after)
 
 
 class _RejectionMarker(TaskiqMiddleware):

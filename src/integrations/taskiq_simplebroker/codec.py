@@ -39,6 +39,18 @@ def encode_body(data: bytes) -> str:
     return text
 
 
+def stored_size(data: bytes) -> int:
+    """Return the size in bytes of what :func:`encode_body` stores for ``data`` (without it)."""
+    escaped = len(ESCAPED_PREFIX) if data.startswith(b"\x00") else 0
+    if data.isascii():
+        return len(data) + escaped
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return len(BINARY_PREFIX) + 4 * ((len(data) + 2) // 3)
+    return len(data) + escaped
+
+
 def decode_body(text: str) -> bytes:
     """Return the bytes stored by :func:`encode_body`; plain text is taken as UTF-8."""
     if not text.startswith(MARK):

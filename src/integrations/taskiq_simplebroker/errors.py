@@ -10,7 +10,7 @@ loops which of them a later attempt can fix.
 from __future__ import annotations
 
 import redis.exceptions as rx
-from simplebroker.ext import BrokerError, OperationalError
+from simplebroker.ext import BrokerError, MessageError, OperationalError
 from taskiq.exceptions import ResultGetError, SendTaskError, TaskiqError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout
@@ -23,6 +23,7 @@ __all__ = [
     "BACKOFF_MIN",
     "ConfigurationError",
     "LabelError",
+    "MessageTooLargeError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerTaskiqError",
@@ -55,6 +56,19 @@ class LabelError(ConfigurationError, SendTaskError):
     message (Taskiq wraps what the broker's ``kick`` raises into a bare
     ``SendTaskError: Cannot send task to the queue``). Still a
     ``SendTaskError``, so code catching that keeps working.
+    """
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class MessageTooLargeError(SimpleBrokerTaskiqError, SendTaskError, MessageError):
+    """A task's message is larger than ``BROKER_MAX_MESSAGE_SIZE``: ``kiq()`` sends nothing.
+
+    A ``SendTaskError`` (as Taskiq raises for a failed send) and SimpleBroker's
+    ``MessageError`` (as ``broker write`` raises for the same message), with
+    the sizes and the setting in its message.
     """
 
     # Taskiq errors are dataclass-like: each class declares its own __init__.

@@ -8,7 +8,6 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from simplebroker import resolve_config
 from simplebroker.ext import TimestampError
 
 from .. import calls
@@ -94,7 +93,7 @@ class AsyncMessages:
     def __init__(self, runner: AsyncRedisRunner, *, max_message_size: int | None = None) -> None:
         self.runner = runner
         self._clock = HighWaterClock.offline(runner.backend_plugin)
-        self._max = max_message_size or int(resolve_config()["MAX_MESSAGE_SIZE"])
+        self._max = max_message_size or runner.max_message_size
         # Batching state per event loop: loops in other threads never share
         # a batch, and a forked child starts empty.
         self._pid = os.getpid()

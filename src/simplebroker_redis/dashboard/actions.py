@@ -15,6 +15,7 @@ from typing import Any
 from ..aio.runner import AsyncRedisRunner
 from ..calls import delete_ids, delete_queues
 from ..calls.operations import dead_letter_requeue
+from ..queue_names import shown_queue
 from ..types import QueueView
 from ..validation import validate_queue_name
 
@@ -96,4 +97,10 @@ def queue_json(
             messages.append(item)
         states[part.state] = {"count": part.count, "messages": messages}
     requeue_to = name.removesuffix(".dead") if name.endswith(".dead") else ""
-    return {"queue": name, "dead_letter": dead, "states": states, "requeue_to": requeue_to}
+    return {
+        "queue": name,
+        "shown": shown_queue(name),
+        "dead_letter": dead,
+        "states": states,
+        "requeue_to": requeue_to,
+    }

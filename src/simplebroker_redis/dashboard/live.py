@@ -28,6 +28,7 @@ from ..aio.runner import AsyncRedisRunner
 from ..calls import depths
 from ..calls.tasks import task_stats_read
 from ..observe import NamespaceState, combine
+from ..queue_names import shown_queue
 from ..tasks.summary import names_table, series
 from ..types import Snapshot
 from .tasks import Reader
@@ -89,6 +90,8 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
         queues.append(
             {
                 "name": depth.queue,
+                # A framework's name stored escaped (taskiq:queue), as its users wrote it.
+                "shown": shown_queue(depth.queue),
                 "pending": depth.pending,
                 "reserved": depth.reserved,
                 "delayed": depth.delayed,

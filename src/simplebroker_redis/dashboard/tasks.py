@@ -25,6 +25,7 @@ from ..calls import peek, running
 from ..calls.operations import inspect
 from ..calls.tasks import task_find
 from ..observe import NamespaceState
+from ..queue_names import shown_queue
 from ..tasks.formats import Lookups, TaskFormat, TaskInfo, TaskOutcome, task_formats
 from ..types import TaskLocation, TaskLookup
 
@@ -171,6 +172,7 @@ class Reader:
                         **item,
                         "state": "done" if done else "waiting",
                         "queue": consumer,
+                        "shown": shown_queue(consumer),
                         "written_to": consumer,
                         "deliveries": None,
                         "worker": "",
@@ -191,6 +193,7 @@ class Reader:
             "message_id": str(location.id),
             "state": state,
             "queue": location.queue or location.written_to,
+            "shown": shown_queue(location.queue or location.written_to),
             "written_to": location.written_to,
             "deliveries": location.deliveries,
             "due_in": None,
@@ -220,6 +223,7 @@ class Reader:
                     **_info_json(fmt, info, message.id),
                     "message_id": str(message.id),
                     "queue": message.queue,
+                    "shown": shown_queue(message.queue),
                     "worker": self.holders.get(message.token, ""),
                     "since": message.reserved_us / 1e6,
                     "lease_expires_in": None
@@ -277,7 +281,8 @@ class Reader:
                 }
             )
         default = self._source(name, None, None, None)
-        return {"queue": name, "count": count, "source": default, "tasks": tasks}
+        shown = shown_queue(name)
+        return {"queue": name, "shown": shown, "count": count, "source": default, "tasks": tasks}
 
     def _source(
         self, queue: str, fmt: TaskFormat | None, info: TaskInfo | None, journaled: str | None

@@ -124,7 +124,7 @@ function renderQueues(state, rate) {
     const r = rate[q.name] || {};
     const row = el("tr", { class: "clickable" + (q.dead_letter ? " dead" : ""), dataset: { queue: q.name },
                            onclick: () => openDetail(q.name) },
-      el("td", { class: "name" }, q.name),
+      el("td", { class: "name", title: q.name }, q.shown || q.name),
       el("td", { class: "n pending" }, q.pending),
       el("td", { class: "n reserved" }, q.reserved),
       el("td", { class: "n delayed" }, q.delayed),
@@ -153,7 +153,7 @@ function renderDead(state) {
         el("button", { class: "danger purge", onclick: () => purge(q.name) }, "Purge"));
     }
     body.append(el("tr", { dataset: { queue: q.name } },
-      el("td", {}, q.name), el("td", { class: "n count" }, q.pending + q.delayed),
+      el("td", { title: q.name }, q.shown || q.name), el("td", { class: "n count" }, q.pending + q.delayed),
       el("td", {}, actions ? target : el("span", { class: "muted" }, target.value || "–")), buttons));
   }
   $("no-dead").hidden = dead.length > 0;
@@ -298,7 +298,7 @@ async function refreshDetail() {
     const reply = await fetch(`api/queues/${encodeURIComponent(openQueue)}`);
     const view = await reply.json();
     if (!reply.ok) throw new Error(view.error || `HTTP ${reply.status}`);
-    $("detail-name").textContent = view.queue;
+    $("detail-name").textContent = view.shown || view.queue;
     const actionsBox = $("detail-actions");
     if (view.dead_letter && actions && !actionsBox.querySelector("input")) {
       actionsBox.replaceChildren("Retry to ",

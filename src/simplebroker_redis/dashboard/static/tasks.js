@@ -53,7 +53,7 @@ function renderRunning(running) {
       el("td", { class: "name" }, t.name || "–"),
       el("td", { class: "framework" }, t.framework || "–"),
       el("td", { class: "task-id" }, t.task_id),
-      el("td", { class: "queue" }, t.queue),
+      el("td", { class: "queue", title: t.queue }, t.shown || t.queue),
       el("td", { class: "worker" }, t.worker || "–"),
       el("td", { class: "n" }, fmtAge(running.now - t.since)),
       el("td", { class: "n" }, fmtIn(t.lease_expires_in)),
@@ -127,7 +127,7 @@ function taskCard(t) {
   const rows = [
     field("Task id", t.task_id, "task-id"),
     field("Message id", t.message_id),
-    field("Queue", t.queue + (t.written_to && t.written_to !== t.queue ? ` (sent to ${t.written_to})` : ""), "queue"),
+    field("Queue", (t.shown || t.queue) + (t.written_to && t.written_to !== t.queue ? ` (sent to ${t.written_to})` : ""), "queue"),
     field("Deliveries", t.deliveries, "deliveries"),
     field("Due", t.due_in === null ? null : fmtIn(t.due_in)),
     field("Worker", t.worker, "worker"),
@@ -193,7 +193,7 @@ function renderDeadTasks(data) {
         el("td", { class: "name" }, t.name || "–"),
         el("td", { class: "framework" }, t.framework || "–"),
         el("td", { class: "task-id" }, t.task_id),
-        el("td", {}, q.queue),
+        el("td", { title: q.queue }, q.shown || q.queue),
         el("td", { class: "error", title: t.traceback || "" }, t.error),
         el("td", { class: "n deliveries" }, t.deliveries),
         buttons));
