@@ -9,7 +9,6 @@ acknowledged.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
@@ -21,7 +20,6 @@ from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis import tasks
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.queue_names import storage_queue
@@ -39,8 +37,7 @@ from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 from .sizing import SerializeOnce, check_size
-from .taskformat import FRAMEWORK
-from .taskstats import TaskStatsMiddleware, count_sent
+from .taskstats import Tracking
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -186,12 +183,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
         self.add_middlewares(_RejectionMarker(self), _SendCheck(self))
-        #: Sent tasks carry their task index key (see :mod:`simplebroker_redis.tasks`).
-        self.task_index = tasks.enabled(task_index, tasks.INDEX_ENV)
-        #: This process's task statistics (None: off).
-        self.task_stats = tasks.task_stats(self.runner) if tasks.enabled(task_stats) else None
-        if self.task_stats is not None:
-            self.add_middlewares(TaskStatsMiddleware(self.task_stats))
+        #: Task index keys and statistics of the tasks sent (see :mod:`simplebroker_redis.tasks`).
+        self.tracking = Tracking(self.runner, index=task_index, stats=task_stats)
+        self.add_middlewares(*self.tracking.middlewares())
 
     @property
     def formatter(self) -> TaskiqFormatter:
@@ -286,10 +280,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
-        key = tasks.index_key(FRAMEWORK, message.task_id) if self.task_index else ""
+        key = self.tracking.key(message.task_id)
         await messages.write(queue, encode_body(message.message), delay_seconds=delay, task_key=key)
-        if self.task_stats is not None:
-            count_sent(self.task_stats, message.task_name, labels)
+        self.tracking.sent(message.task_name, labels)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop).
@@ -318,9 +311,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
     async def shutdown(self) -> None:
         """Send pending acknowledgements and task statistics, hand back held tasks, close."""
         runtimes, self._runtimes = self._runtimes, []
-        if self.task_stats is not None:
-            # The counts go now, not a few seconds later (a producer is often done).
-            await asyncio.get_running_loop().run_in_executor(None, self.task_stats.flush)
+        await self.tracking.flush()  # now, not a few seconds later: a producer is often done
         try:
             for runtime in runtimes:
                 if runtime.is_current():

@@ -10,12 +10,17 @@ seconds (:class:`simplebroker_redis.tasks.TaskStats`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from taskiq import TaskiqMessage, TaskiqMiddleware, TaskiqResult
 
+from simplebroker_redis import tasks
+from simplebroker_redis.runner import RunnerBase
 from simplebroker_redis.tasks import TaskStats
+
+from .taskformat import FRAMEWORK
 
 
 def count_sent(stats: TaskStats, name: str, labels: Mapping[str, Any]) -> None:
@@ -24,6 +29,38 @@ def count_sent(stats: TaskStats, name: str, labels: Mapping[str, Any]) -> None:
         stats.retried(name)
     else:
         stats.enqueued(name)
+
+
+class Tracking:
+    """What a broker keeps of the tasks it sends: their index keys, their counts.
+
+    ``index`` and ``stats`` are the broker's ``task_index`` and
+    ``task_stats`` options (None: the environment's rule,
+    :func:`simplebroker_redis.tasks.enabled`).
+    """
+
+    def __init__(self, runner: RunnerBase, *, index: bool | None, stats: bool | None) -> None:
+        self.index = tasks.enabled(index, tasks.INDEX_ENV)
+        #: This process's task statistics (None: off).
+        self.stats = tasks.task_stats(runner) if tasks.enabled(stats) else None
+
+    def middlewares(self) -> list[TaskiqMiddleware]:
+        """Return the middlewares that count a worker's runs (none when statistics are off)."""
+        return [] if self.stats is None else [TaskStatsMiddleware(self.stats)]
+
+    def key(self, task_id: str) -> str:
+        """Return the task index key of a task sent ('' when the index is off)."""
+        return tasks.index_key(FRAMEWORK, task_id) if self.index else ""
+
+    def sent(self, name: str, labels: Mapping[str, Any]) -> None:
+        """Count one task sent."""
+        if self.stats is not None:
+            count_sent(self.stats, name, labels)
+
+    async def flush(self) -> None:
+        """Send the counts now (the broker shuts down), off the event loop."""
+        if self.stats is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.stats.flush)
 
 
 class TaskStatsMiddleware(TaskiqMiddleware):
