@@ -93,6 +93,10 @@ ScriptName = Literal[
     "inspect",
     "dead_letter_requeue",
     "worker_beat",
+    "task_find",
+    "running",
+    "task_stats",
+    "task_stats_read",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
@@ -203,6 +207,7 @@ READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
     {
         *("peek", "stats", "probe_exists", "probe_pending", "probe_latest", "find"),
         *("dead_letters", "schedule_list", "depths", "inspect"),
+        *("task_find", "running", "task_stats_read"),
     }
 )
 
