@@ -56,6 +56,8 @@ LAYERS: dict[str, int] = {
     "calls.celery": 0,
     "calls.dramatiq": 0,
     "calls.operations": 0,
+    "calls.tasks": 0,
+    "taskrecord": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,
@@ -91,6 +93,10 @@ LAYERS: dict[str, int] = {
     "integration": 3,  # what the framework integrations share
     "observe": 3,
     "workers": 3,
+    "tasks": 3,  # the task index, statistics and formats
+    "tasks.formats": 0,
+    "tasks.stats": 3,
+    "tasks.summary": 0,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -107,6 +113,9 @@ LAYERS: dict[str, int] = {
     "dashboard": 5,
     "dashboard.app": 5,
     "dashboard.live": 5,
+    "dashboard.access": 5,
+    "dashboard.actions": 5,
+    "dashboard.tasks": 5,
     "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__
@@ -260,6 +269,7 @@ CELERY_LAYERS: dict[str, int] = {
     "bindings": 0,
     "tracing": 0,  # trace context in message headers (optional OpenTelemetry)
     "entries": 0,  # stored result values, their wake-up channels
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
     # 1: registries, wake-ups, the app's URL checks, worker metrics (Celery signals),
     # the channel order, result waiting and chords
     "cycle": 1,
@@ -267,6 +277,7 @@ CELERY_LAYERS: dict[str, int] = {
     "chords": 1,
     "urls": 1,
     "metrics": 1,
+    "taskstats": 1,  # runs counted per task name (Celery signals)
     "acks": 1,
     "wakeups": 1,
     # 2: what is done on the server, and its heartbeat
@@ -289,6 +300,8 @@ TASKIQ_LAYERS: dict[str, int] = {
     "sizing": 0,
     "metrics": 0,
     "tracing": 0,
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
+    "taskstats": 0,  # tasks sent and runs finished, per task name
     # 1: where a runner connects, routing, shards, the server's eviction
     # policy, the commit batcher, the dead-letter watch
     "connection": 1,
@@ -313,6 +326,7 @@ PROTEAN_LAYERS: dict[str, int] = {
     "names": 0,
     "messages": 0,
     "liveness": 0,
+    "taskformat": 0,  # how the dashboard reads stored messages
     # 1: the broker table's settings, recorded failures
     "config": 1,
     "failures": 1,

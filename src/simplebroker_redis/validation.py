@@ -118,3 +118,16 @@ def validate_message(message: object, max_size: int) -> str:
             f"({max_size} bytes). Adjust BROKER_MAX_MESSAGE_SIZE if needed."
         )
     return message
+
+
+#: Longest task index key (``"<framework>:<task id>"``) a write may carry.
+MAX_TASK_KEY: Final[int] = 512
+
+
+def check_task_key(key: object) -> str:
+    """Return ``key`` if it is a usable task index key ('' for none), else raise ValueError."""
+    if not isinstance(key, str):
+        raise TypeError("a task key must be a string")
+    if len(key) > MAX_TASK_KEY:
+        raise ValueError(f"a task key holds at most {MAX_TASK_KEY} characters")
+    return key

@@ -13,8 +13,9 @@ from celery import chain, chord, group
 from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 
-from celery_simplebroker import storage_queue
-from simplebroker_redis import RedisRunner
+from celery_simplebroker import storage_queue, taskstats
+from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis.taskrecord import TaskRecord
 from support.eventlog import read_events
 from support.waiting import wait_for
 
@@ -112,6 +113,18 @@ def test_retry_with_countdown_and_eta_task(app, start_worker, events):
 def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker, raw):
     start_worker("w1")
     assert app.send_task("add", (1, 1)).get(timeout=30) == 2
+    # The task's statistics go to the server once, from this process and the
+    # worker's, within a send interval: before the idle time is measured.
+    stats = taskstats.recorder(app)
+    assert stats is not None
+    stats.flush()
+    runner = stats.runner
+    wait_for(
+        lambda: (totals := runner.run(calls.task_stats_read(0, 0, totals=True)).totals)
+        and TaskRecord.parse(totals.get("add", "")).done == 1,
+        30,
+        "the worker's task statistics",
+    )
     time.sleep(1.0)  # let start-up traffic settle
 
     def scripts() -> int:

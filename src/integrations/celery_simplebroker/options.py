@@ -172,6 +172,8 @@ class TransportOptions:
     dead_letter_queue: str | None = None
     priorities: bool = True
     priority_order: Literal["amqp", "redis"] = "amqp"
+    task_index: bool | None = None  #: index sent tasks by id (None: the environment's rule)
+    task_stats: bool | None = None  #: count tasks per name (None: the environment's rule)
 
     @property
     def timing(self) -> LeaseTiming:
@@ -206,7 +208,9 @@ class TransportOptions:
             raise ConfigurationError(
                 "transport option 'priority_order' must be 'amqp' (9 first) or 'redis' (0 first)"
             )
+        switches = {name: _switch(options, name) for name in ("task_index", "task_stats")}
         return cls(
+            **switches,
             lease_seconds=timing.lease_seconds,
             heartbeat_interval=timing.heartbeat_seconds,
             recover_interval=timing.recover_seconds,
@@ -217,6 +221,13 @@ class TransportOptions:
             priorities=priorities,
             priority_order=order,
         )
+
+
+def _switch(options: Mapping[str, Any], name: str) -> bool | None:
+    value = options.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(f"transport option {name!r} must be True, False or None")
+    return value
 
 
 #: Backend options (README, ``[backend_options]``) the transport and the result

@@ -64,7 +64,7 @@ class Transport(virtual.Transport):
     Channel = Channel
     Cycle = ControlFirstCycle  # remote control before tasks (see .cycle)
     driver_type = "redis"
-    driver_name = "simplebroker-redis"
+    driver_name = "simplebroker-redis"  # taskstats.DRIVER_NAME finds apps on this transport
     #: The URL (``redis://``, ``rediss://``, ``unix://``) is the runner's target, unparsed.
     can_parse_url = True
     # kombu annotates the base's value as a one-element tuple. Connection

@@ -57,6 +57,8 @@ _OWN: Final[frozenset[str]] = frozenset(
         "RECOVER_SECONDS",
         "MAX_DELIVERIES",
         "COPY_BATCH",
+        "TASK_INDEX",
+        "TASK_STATS",
     }
 )
 
@@ -80,6 +82,17 @@ class Settings:
     timing: LeaseTiming = field(default_factory=LeaseTiming)
     max_deliveries: int | None = DEFAULT_MAX_DELIVERIES
     copy_batch: int = DEFAULT_COPY_BATCH
+    #: TASK_INDEX, TASK_STATS (Redis): None leaves them to the environment's rule
+    #: (``simplebroker_redis.tasks.enabled``); on by default.
+    task_index: bool | None = None
+    task_stats: bool | None = None
+
+
+def _switch(raw: Mapping[str, Any], key: str) -> bool | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _bad(key, f"must be true or false, not {value!r}")
+    return value
 
 
 def _bad(key: str, why: str) -> ConfigurationError:
@@ -176,4 +189,6 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
         timing=_timing(raw),
         max_deliveries=_max_deliveries(raw),
         copy_batch=batch,
+        task_index=_switch(raw, "TASK_INDEX"),
+        task_stats=_switch(raw, "TASK_STATS"),
     )

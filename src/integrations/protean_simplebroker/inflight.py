@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class Taken:
     held: Held
     payload: dict[str, Any]
     redeliver: bool = False  #: nacked: the next read of its group returns it
+    started: float = dataclasses.field(default_factory=time.perf_counter)  #: this delivery's
 
 
 class InFlight:
@@ -67,6 +69,7 @@ class InFlight:
             )[:limit]
             for _, taken in waiting:
                 taken.redeliver = False
+                taken.started = time.perf_counter()
                 taken.held = dataclasses.replace(taken.held, deliveries=taken.held.deliveries + 1)
             return waiting
 

@@ -28,9 +28,10 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls
+from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls, tasks
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
+from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.integration import Target
 
@@ -60,9 +61,31 @@ class RedisStore(Store):
         self._reading: set[str] = set()  #: group queues reserved from (journal filter)
         self._journal = JOURNAL_START
         self._next_report = 0.0
+        #: Published messages and group copies carry task index keys.
+        self.index_tasks = tasks.enabled(settings.task_index, tasks.INDEX_ENV)
+        #: This process's task statistics (None: off).
+        self.task_stats = (
+            tasks.task_stats(self.runner) if tasks.enabled(settings.task_stats) else None
+        )
 
     def _target(self) -> tuple[str | BrokerTarget, Any]:
         return self.runner.broker_target, self.runner
+
+    # -- the task index ------------------------------------------------------------
+    def write(self, queue: str, body: str, task_key: str = "") -> int:
+        """Write ``body`` to ``queue``, indexed under ``task_key`` when the index is on."""
+        core = self.conn
+        if task_key and self.index_tasks and isinstance(core, RedisBrokerCore):
+            return core.write(queue, body, task_key=task_key)
+        return int(core.write(queue, body))
+
+    def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
+        """Insert messages with exact IDs, each indexed under its ``task_keys`` entry."""
+        core = self.conn
+        if task_keys and self.index_tasks and isinstance(core, RedisBrokerCore):
+            core.insert_messages(records, task_keys=task_keys)
+        else:
+            core.insert_messages(records)
 
     @functools.cached_property
     def leases(self) -> Leases:

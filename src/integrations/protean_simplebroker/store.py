@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 from simplebroker import BrokerTarget, QueueStats, open_broker, resolve_config
 from simplebroker.ext import BrokerConnection
 
+from simplebroker_redis.tasks import TaskStats
 from simplebroker_redis.validation import message_size_limit
 
 from .config import Settings
@@ -62,6 +63,8 @@ class Store(ABC):
     """One backend connection of one broker (see the module docstring)."""
 
     kind: str = ""
+    #: This process's task statistics (Redis, unless turned off; None: not kept).
+    task_stats: TaskStats | None = None
 
     def __init__(self, settings: Settings, layout: Layout) -> None:
         self.settings = settings
@@ -79,6 +82,15 @@ class Store(ABC):
         self._stack: contextlib.ExitStack | None = None
         self._conn: BrokerConnection | None = None
         self.failures = FailureRecords(layout, self.peek, lambda: self.conn)
+
+    # -- the task index (Redis only; see RedisStore) ----------------------------
+    def write(self, queue: str, body: str, task_key: str = "") -> int:
+        """Write ``body`` to ``queue``; return its ID (``task_key``: its task index key)."""
+        return int(self.conn.write(queue, body))
+
+    def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
+        """Insert messages with exact IDs, all or nothing (``task_keys``: one per record)."""
+        self.conn.insert_messages(records)
 
     # -- the shared connection -------------------------------------------------
     @abstractmethod

@@ -37,6 +37,7 @@ from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
 from .shards import check_shards, merged, shard_index, shard_runners
 from .sizing import SerializeOnce, check_size
+from .taskstats import Tracking
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -103,6 +104,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         task_id_generator: Taskiq's task ID generator.
         shards: Spread the queue over this many namespaces (hash slots, so
             cluster nodes); see :mod:`.shards`. 1: the namespace itself.
+        task_index: Index each sent task under its task id, so the
+            dashboard finds it (default on; ``SIMPLEBROKER_REDIS_TASK_INDEX=0``
+            turns it off where not given).
+        task_stats: Count tasks sent and runs finished per task name for
+            the dashboard and the exporter (default on;
+            ``SIMPLEBROKER_REDIS_TASK_STATS=0`` turns it off where not given).
         server: Where to connect (the keywords of
             :class:`~.connection.DurableServerKeywords`, which the result
             backend takes too):
@@ -144,6 +151,8 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
         shards: int = 1,
+        task_index: bool | None = None,
+        task_stats: bool | None = None,
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
@@ -174,6 +183,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
         self.add_middlewares(_RejectionMarker(self), _SendCheck(self))
+        #: Task index keys and statistics of the tasks sent (see :mod:`simplebroker_redis.tasks`).
+        self.tracking = Tracking(self.runner, index=task_index, stats=task_stats)
+        self.add_middlewares(*self.tracking.middlewares())
 
     @property
     def formatter(self) -> TaskiqFormatter:
@@ -268,7 +280,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
-        await messages.write(queue, encode_body(message.message), delay_seconds=delay)
+        key = self.tracking.key(message.task_id)
+        await messages.write(queue, encode_body(message.message), delay_seconds=delay, task_key=key)
+        self.tracking.sent(message.task_name, labels)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop).
@@ -295,8 +309,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         return merged(listeners)  # type: ignore[return-value] # an async generator
 
     async def shutdown(self) -> None:
-        """Send pending acknowledgements, hand back held tasks, close connections."""
+        """Send pending acknowledgements and task statistics, hand back held tasks, close."""
         runtimes, self._runtimes = self._runtimes, []
+        await self.tracking.flush()  # now, not a few seconds later: a producer is often done
         try:
             for runtime in runtimes:
                 if runtime.is_current():

@@ -14,7 +14,7 @@ from .. import calls
 from ..errors import ScriptConflict
 from ..ids import HighWaterClock
 from ..retry import ConflictBackoff
-from ..validation import finite_number, validate_message, validate_queue_name
+from ..validation import check_task_key, finite_number, validate_message, validate_queue_name
 from .runner import AsyncRedisRunner
 
 #: Seconds a write waits for the clock when the logical counter at the
@@ -37,6 +37,7 @@ class _Write:
     body: str
     delay_us: int
     future: asyncio.Future[int]
+    task_key: str = ""
 
 
 class _LoopWrites:
@@ -111,9 +112,13 @@ class AsyncMessages:
             waited += _CLOCK_POLL
         return self._clock.candidates(1)[0]
 
-    async def write(self, queue: str, body: str, *, delay_seconds: float = 0.0) -> int:
+    async def write(
+        self, queue: str, body: str, *, delay_seconds: float = 0.0, task_key: str = ""
+    ) -> int:
         """Write ``body`` to ``queue``; with a delay it is claimable only later.
 
+        ``task_key`` indexes the message under a framework's task id
+        (:func:`simplebroker_redis.tasks.index_key`), in the same step.
         Returns the committed message ID. Invalid input raises before anything
         is queued; a cancelled write that was not sent yet is dropped.
         """
@@ -126,7 +131,8 @@ class AsyncMessages:
         state = self._loops.get(loop)
         if state is None:
             state = self._loops[loop] = _LoopWrites()
-        item = _Write(queue, body, max(0, round(delay_seconds * 1_000_000)), loop.create_future())
+        delay_us = max(0, round(delay_seconds * 1_000_000))
+        item = _Write(queue, body, delay_us, loop.create_future(), check_task_key(task_key))
         if state.sender is None and not state.inline:
             # Nothing in flight: send this write now, from this task (no hop).
             state.inline = True
@@ -172,7 +178,7 @@ class AsyncMessages:
             state.sender = None
 
     async def _commit(self, batch: list[_Write]) -> list[int]:
-        items = [(item.queue, item.body, item.delay_us) for item in batch]
+        items = [(item.queue, item.body, item.delay_us, item.task_key) for item in batch]
         backoff = ConflictBackoff(self.runner.where)
         while True:
             try:

@@ -15,7 +15,8 @@ argument helpers), :mod:`.queues` (namespace, writes, reads, probes,
 deletes), :mod:`.leases` (reservations), :mod:`.journal` (dead letters),
 :mod:`.schedules` (Taskiq schedules), :mod:`.celery` (the Celery
 integration), :mod:`.dramatiq` (the Dramatiq integration's room: its keys
-and replies too) and :mod:`.operations` (metrics, dashboard, worker beats).
+and replies too), :mod:`.operations` (metrics, dashboard, worker beats) and
+:mod:`.tasks` (the task index, tasks in flight, task statistics).
 This package only re-exports them, so every call reads ``calls.<name>(...)``.
 """
 
@@ -61,6 +62,7 @@ from .queues import (
     write_batch,
 )
 from .schedules import schedule_claim, schedule_list, schedule_sent
+from .tasks import running, task_find, task_stats, task_stats_read
 
 __all__ = [
     "Call",
@@ -103,6 +105,7 @@ __all__ = [
     "renew",
     "reserve",
     "reserve_queues",
+    "running",
     "resync",
     "schedule_claim",
     "schedule_list",
@@ -110,6 +113,9 @@ __all__ = [
     "settle",
     "stamp",
     "stats",
+    "task_find",
+    "task_stats",
+    "task_stats_read",
     "vacuum",
     "worker_beat",
     "write",

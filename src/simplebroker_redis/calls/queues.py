@@ -85,25 +85,35 @@ def write(
     keep_newest: int = 0,
     delay_us: int = 0,
     maintenance: str = "",
+    task_key: str = "",
 ) -> Call[int]:
-    """``write.lua``: one message (optionally delayed, or trimming the queue); its ID."""
-    args = (queue, body, format_id(candidate), keep_newest, delay_us, maintenance)
+    """``write.lua``: one message (optionally delayed, or trimming the queue); its ID.
+
+    ``task_key`` indexes the message under a framework's task id
+    (:func:`~simplebroker_redis.tasks.index_key`; '' for none).
+    """
+    args = (queue, body, format_id(candidate), keep_newest, delay_us, maintenance, task_key)
     return Call(int, "write", args)
 
 
-def write_batch(candidate: int, items: Sequence[tuple[str, str, int]]) -> Call[list[int]]:
-    """``write_batch.lua``: several (queue, body, delay in us) messages, all or nothing."""
+def write_batch(
+    candidate: int, items: Sequence[tuple[str, str, int] | tuple[str, str, int, str]]
+) -> Call[list[int]]:
+    """``write_batch.lua``: (queue, body, delay in us[, task key]) messages, all or nothing."""
     args: list[object] = [format_id(candidate)]
-    for queue, body, delay_us in items:
-        args += (queue, body, delay_us)
+    for item in items:
+        args += (*item[:3], item[3] if len(item) > 3 else "")
     return Call(_ids, "write_batch", tuple(args))
 
 
-def insert(required_last_ts: int, records: Iterable[tuple[str, str, int]]) -> Call[int]:
-    """``insert.lua``: (queue, body, exact id) messages, all or nothing."""
+def insert(
+    required_last_ts: int, records: Iterable[tuple[str, str, int] | tuple[str, str, int, str]]
+) -> Call[int]:
+    """``insert.lua``: (queue, body, exact id[, task key]) messages, all or nothing."""
     args: list[object] = [format_id(required_last_ts)]
-    for queue, body, message_id in records:
-        args += (queue, format_id(message_id), body)
+    for record in records:
+        queue, body, message_id = record[:3]
+        args += (queue, format_id(message_id), body, record[3] if len(record) > 3 else "")
     return Call(int, "insert", tuple(args))
 
 

@@ -13,7 +13,7 @@ from .._sbcompat import normalize_insert_records
 from ..calls import Call
 from ..errors import ScriptConflict
 from ..retry import ConflictBackoff
-from ..validation import validate_queue_name
+from ..validation import check_task_key, validate_queue_name
 from ._base import CoreBase
 
 R = TypeVar("R")
@@ -109,14 +109,19 @@ class MessagesMixin(CoreBase):
             self._clock.observe(new)
 
     # -- writes ----------------------------------------------------------------
-    def write(self, queue: str, message: str, *, keep_newest: int | None = None) -> int:
+    def write(
+        self, queue: str, message: str, *, keep_newest: int | None = None, task_key: str = ""
+    ) -> int:
         """Write one message; return its ID (one round trip).
 
         With ``keep_newest=N`` the same script leaves only the N newest
         messages of the queue pending; older pending ones become claimed.
+        ``task_key`` indexes the message under a framework's task id
+        (:func:`simplebroker_redis.tasks.index_key`), in the same step.
         """
         keep = validate_keep_newest(keep_newest)
         validate_queue_name(queue)
+        check_task_key(task_key)
         self._guard("write")
         self._validate_message(message)
         committed = self._allocate(
@@ -127,6 +132,7 @@ class MessagesMixin(CoreBase):
                 candidates[0],
                 keep_newest=keep or 0,
                 maintenance=self._maintenance_spec(),
+                task_key=task_key,
             ),
         )
         self._clock.observe(committed)
@@ -157,9 +163,16 @@ class MessagesMixin(CoreBase):
         self._record_activity(1)
         return committed
 
-    def insert_messages(self, records: Iterable[tuple[str, str, int | str]]) -> None:
-        """Insert pending messages with exact IDs, all or nothing."""
+    def insert_messages(
+        self, records: Iterable[tuple[str, str, int | str]], *, task_keys: Sequence[str] = ()
+    ) -> None:
+        """Insert pending messages with exact IDs, all or nothing.
+
+        ``task_keys``, when given, names the task index key of each record
+        ('' for none), in order (:func:`simplebroker_redis.tasks.index_key`).
+        """
         self._guard("insert_messages")
+        keys = [check_task_key(key) for key in task_keys]
         normalized, required = normalize_insert_records(
             records,
             validate_queue_name=lambda queue: None if validate_queue_name(queue) else None,
@@ -167,7 +180,13 @@ class MessagesMixin(CoreBase):
         )
         if not normalized or required is None:
             return
-        self._run(calls.insert(required, normalized))
+        if keys and len(keys) != len(normalized):
+            raise ValueError("give one task key per record, or none")
+        if keys:
+            keyed = [(*record, key) for record, key in zip(normalized, keys, strict=True)]
+            self._run(calls.insert(required, keyed))
+        else:
+            self._run(calls.insert(required, normalized))
         self._clock.observe(required)
         self._record_activity(len(normalized))
 

@@ -1,10 +1,11 @@
 -- write.lua: allocate an ID and add one message, optionally trimming the
 -- queue's pending window (keep_newest) or delaying visibility.
--- uses: guard, members, bulk, ids, upkeep, time, counters
+-- uses: guard, members, bulk, ids, upkeep, time, counters, tasks
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
 --       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
---       7 maintenance spec ('' when not due; see maintain() in lib/upkeep.lua).
+--       7 maintenance spec ('' when not due; see maintain() in lib/upkeep.lua),
+--       8 task index key ('' or absent: none; see lib/tasks.lua).
 -- Returns: the committed 19-digit message ID.
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA, WRONGTYPE, CLOCK
 -- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest
@@ -58,6 +59,7 @@ else
   redis.call('ZADD', K_PENDING, 0, member)
 end
 redis.call('HSET', K_BODIES, id, body)
+index_task(ARGV[8] or '', id, queue)
 if not registered then register(queue) end
 redis.call('HSET', K_META, 'last_ts', id)
 if displaced.pending and #displaced.pending > 0 then

@@ -93,6 +93,10 @@ ScriptName = Literal[
     "inspect",
     "dead_letter_requeue",
     "worker_beat",
+    "task_find",
+    "running",
+    "task_stats",
+    "task_stats_read",
     "dramatiq_store",
     "dramatiq_dead",
 ]
@@ -205,6 +209,7 @@ READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
     {
         *("peek", "stats", "probe_exists", "probe_pending", "probe_latest", "find"),
         *("dead_letters", "schedule_list", "depths", "inspect"),
+        *("task_find", "running", "task_stats_read"),
     }
 )
 
