@@ -9,12 +9,12 @@ PYTEST_ARGS ?=
 # The versions installed: the lock of tested versions (empty: the newest
 # releases pyproject.toml's ranges allow).
 CONSTRAINTS ?= constraints.txt
-EXTRAS := dev,hiredis,taskiq,celery,protean
+EXTRAS := dev,hiredis,taskiq,celery,protean,dramatiq
 PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \
 	demo-protean bench server clean peer-tests peer-tests-celery peer-tests-kombu \
-	peer-tests-protean
+	peer-tests-protean peer-tests-dramatiq demo-dramatiq dramatiq-kill-trial
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,10 @@ demo: install
 demo-celery: install
 	$(BIN)/python examples/celery_demo.py
 
+# `dramatiq dramatiq_app --processes 2 --threads 4` on the local Valkey, tasks and results.
+demo-dramatiq: install
+	$(BIN)/python examples/dramatiq_demo.py
+
 # Two Protean workers on a SQLite file (no server); DEMO_ARGS=--redis for Valkey.
 demo-protean: install
 	$(BIN)/python examples/protean_demo.py $(DEMO_ARGS)
@@ -108,8 +112,22 @@ PEER_ARGS ?=
 peer-tests-celery: install
 	$(BIN)/python peer/celery/celery_suites.py $(PEER_ARGS)
 
-# All three peer suites (about 50 minutes in all).
-peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean
+# 20 SIGKILLs of a `dramatiq` worker mid-task with the default 10 s lease: nothing
+# lost, and the time to redelivery of each kill printed (docs/dramatiq.md). About 5 min.
+dramatiq-kill-trial: install
+	DQ_KILLS=20 DQ_KILL_LEASE=10 $(BIN)/python -m pytest -s -q -o timeout=1800 \
+		tests/dramatiq/test_dramatiq_worker.py -k sigkilled
+
+# Dramatiq's own tests on its RedisBroker and on ours, side by side (docs/dramatiq.md).
+# DRAMATIQ_SOURCE: a Dramatiq git directory or source tree (its sdist has no
+# tests/conftest.py; default: a clone in .peer/); DRAMATIQ_REV: its revision.
+# DRAMATIQ_ARGS: more pytest arguments (-- -k retries). A few minutes; not part of `make test`.
+peer-tests-dramatiq: install
+	$(BIN)/python -m pip install -q pika==1.4.4  # Dramatiq's tests/common.py imports it (RabbitMQ)
+	$(BIN)/python peer/dramatiq/run.py $(if $(DRAMATIQ_SOURCE),--dramatiq $(DRAMATIQ_SOURCE)) $(if $(DRAMATIQ_REV),--rev $(DRAMATIQ_REV)) $(DRAMATIQ_ARGS)
+
+# All four peer suites (about 55 minutes in all).
+peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean peer-tests-dramatiq
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .pytest_cache .mypy_cache .ruff_cache

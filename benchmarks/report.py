@@ -7,6 +7,7 @@ from typing import Any
 
 import backend
 import celery_bench
+import dramatiq_bench
 import taskiq_bench
 import topology_bench
 from common import fmt_num, in_order, render_table
@@ -539,6 +540,8 @@ def results_markdown(summary: dict[str, Any]) -> str:
         lines += ["### Taskiq", "", taskiq_bench.report(summary["taskiq"], markdown=True), ""]
     if "celery" in summary:
         lines += ["### Celery", "", celery_bench.report(summary["celery"], markdown=True), ""]
+    if "dramatiq" in summary:
+        lines += ["### Dramatiq", "", dramatiq_bench.report(summary["dramatiq"], markdown=True), ""]
     lines += ["### Budgets", "", budget_table(budgets(summary), markdown=True), ""]
     return "\n".join(lines)
 

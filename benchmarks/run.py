@@ -4,8 +4,10 @@ Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
 ``multiprocess``), ``taskiq``, ``celery``, ``topology`` (cluster client vs
 single server, Taskiq shards on a 3-primary cluster), ``operations`` (what
 the script counters, the task index and the task statistics cost per
-operation or task, a scrape of 10,000 queues) and
-``protean`` (the Protean provider vs Protean's redis and inline providers).
+operation or task, a scrape of 10,000 queues),
+``protean`` (the Protean provider vs Protean's redis and inline providers) and
+``dramatiq`` (the broker and result backend vs Dramatiq's RedisBroker and
+RedisBackend, end to end with results, and the recovery after a SIGKILL).
 ``--only`` takes a comma-separated list of sections or backend parts. Each
 section gets its own throwaway server.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 import backend
 import celery_bench
+import dramatiq_bench
 import ops_bench
 import protean_bench
 import report
@@ -36,7 +39,7 @@ import taskiq_bench
 import topology_bench
 from common import RESULTS_DIR, JsonLines, Progress, Server, environment
 
-SECTIONS = ("backend", "taskiq", "celery", "topology", "operations", "protean")
+SECTIONS = ("backend", "taskiq", "celery", "topology", "operations", "protean", "dramatiq")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         default="",
         help="comma-separated sections (backend, taskiq, celery, topology, operations, "
-        f"protean) or backend parts ({', '.join(backend.BACKEND_PARTS)})",
+        f"protean, dramatiq) or backend parts ({', '.join(backend.BACKEND_PARTS)})",
     )
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (>= 3)")
     parser.add_argument("--json", type=Path, help="JSON-lines output path")
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     run_topology = not names or "topology" in names
     run_operations = not names or "operations" in names
     run_protean = not names or "protean" in names
+    run_dramatiq = not names or "dramatiq" in names
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = args.json or RESULTS_DIR / f"bench-{stamp}.jsonl"
     chart_path = args.chart or RESULTS_DIR / f"bench-{stamp}.png"
@@ -174,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
             progress.finish()
             print(protean_bench.report(summary["protean"]), end="\n\n", flush=True)
+        if run_dramatiq:
+            progress = Progress(dramatiq_bench.plan_units(args.reps), "dramatiq")
+            with Server() as server:
+                server_version = server_version or server.version()
+                summary["dramatiq"] = dramatiq_bench.run_section(
+                    server, reps=args.reps, quick=args.quick, progress=progress, emit=sink.write
+                )
+            progress.finish()
+            print(dramatiq_bench.report(summary["dramatiq"]), end="\n\n", flush=True)
     finally:
         summary["elapsed_s"] = time.monotonic() - started
         summary["environment"] = {**env, "server": server_version or "unknown"}

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     # 0: foundation
     "_sbcompat": 0,
     "keys": 0,
+    "codec": 0,
     "options": 0,
     "targets": 0,
     "target_query": 0,
@@ -53,6 +54,7 @@ LAYERS: dict[str, int] = {
     "calls.journal": 0,
     "calls.schedules": 0,
     "calls.celery": 0,
+    "calls.dramatiq": 0,
     "calls.operations": 0,
     "calls.tasks": 0,
     "taskrecord": 0,
@@ -244,7 +246,12 @@ def test_the_check_finds_a_cycle():
 # transport only through the ack-with-result registry (``acks``).
 
 INTEGRATIONS = Path(__file__).resolve().parent.parent / "src" / "integrations"
-INTEGRATION_PACKAGES = ("celery_simplebroker", "protean_simplebroker", "taskiq_simplebroker")
+INTEGRATION_PACKAGES = (
+    "celery_simplebroker",
+    "dramatiq_simplebroker",
+    "protean_simplebroker",
+    "taskiq_simplebroker",
+)
 
 #: Longest module of an integration (docs: "modules under ~450 lines").
 MAX_LINES = 450
@@ -336,9 +343,24 @@ PROTEAN_LAYERS: dict[str, int] = {
     "": 6,
 }
 
+DRAMATIQ_LAYERS: dict[str, int] = {
+    # 0: settings and where to connect, tracing; 1: the storage operations, a consumer's sleep
+    "config": 0,
+    "tracing": 0,
+    "metrics": 0,
+    "store": 1,
+    "wakeups": 1,
+    # 2: the consumer and the messages it holds; 3: the result backend and the broker
+    "consumer": 2,
+    "results": 3,
+    "broker": 3,
+    "": 4,
+}
+
 #: Each integration package's layers.
 INTEGRATION_LAYERS: dict[str, dict[str, int]] = {
     "celery_simplebroker": CELERY_LAYERS,
+    "dramatiq_simplebroker": DRAMATIQ_LAYERS,
     "protean_simplebroker": PROTEAN_LAYERS,
     "taskiq_simplebroker": TASKIQ_LAYERS,
 }

@@ -89,3 +89,14 @@ def test_the_protean_provider_is_shipped_and_registered(wheel):
     [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[protean.brokers]\nsimplebroker = protean_simplebroker.broker:register" in text
+
+
+def test_the_dramatiq_integration_is_shipped(wheel):
+    names = set(wheel.namelist())
+    for module in ("broker", "consumer", "results", "store", "tracing", "metrics", "py.typed"):
+        suffix = "" if module == "py.typed" else ".py"
+        assert f"dramatiq_simplebroker/{module}{suffix}" in names
+    for script in ("dramatiq_store", "dramatiq_dead", "lib/dramatiq"):
+        assert f"simplebroker_redis/lua/{script}.lua" in names
+    [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
+    assert "Provides-Extra: dramatiq" in wheel.read(metadata).decode()

@@ -168,7 +168,11 @@ def run_suite(
     started = time.monotonic()
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            command, cwd=tree, env=env, stdout=output, stderr=subprocess.STDOUT,
+            command,
+            cwd=tree,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:

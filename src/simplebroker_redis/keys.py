@@ -41,6 +41,9 @@ MAX_ID: Final[int] = 2**63 - 1
 #: What follows the namespace prefix in every key of the Celery integration.
 CELERY_PREFIX: Final[str] = "celery:"
 
+#: What follows the namespace prefix in every key of the Dramatiq integration.
+DRAMATIQ_PREFIX: Final[str] = "dramatiq:"
+
 #: The fixed keys of a namespace, in the order scripts receive them as
 #: ``KEYS`` (Lua names them ``K_<NAME>``), with their Redis types. ``meta``
 #: comes first; ``schedules`` (Taskiq) last, because it may exist before the
@@ -199,6 +202,11 @@ class Keyspace:
         """
         parts = self.celery_entry(name)
         return parts, f"{parts}.dispatch", f"{parts}.size", f"{parts}.results"
+
+    # -- Dramatiq (dramatiq_simplebroker): not fixed keys; scripts get them as extra KEYS.
+    def dramatiq(self, name: str) -> str:
+        """Return the Dramatiq integration's key ``name`` (``calls/dramatiq.py`` names them)."""
+        return f"{self.prefix}{DRAMATIQ_PREFIX}{name}"
 
     @property
     def scan_pattern(self) -> str:

@@ -33,6 +33,7 @@ from .types import QueueDepth, Snapshot, WorkerRecord
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",
+    "DEAD_LETTER_SUFFIXES",
     "WORKER_STALE_SECONDS",
     "NamespaceState",
     "Target",
@@ -48,6 +49,9 @@ __all__ = [
 #: The suffix of dead-letter queue names that both integrations' docs use
 #: (Taskiq's default ``<queue>.dead``; Celery's ``dead_letter_queue``).
 DEAD_LETTER_SUFFIX: Final[str] = ".dead"
+
+#: Every suffix that marks a dead-letter queue: also Dramatiq's ``<queue>.XQ``.
+DEAD_LETTER_SUFFIXES: Final[tuple[str, ...]] = (DEAD_LETTER_SUFFIX, ".XQ")
 
 #: Seconds after its last beat that a worker counts as gone.
 WORKER_STALE_SECONDS: Final[float] = 30.0
@@ -139,7 +143,7 @@ def dead_letter_names(
 ) -> frozenset[str]:
     """Return the dead-letter queues among ``queues``: by suffix, or named elsewhere."""
     named = set(targets) | set(extra)
-    return frozenset({queue for queue in queues if queue.endswith(DEAD_LETTER_SUFFIX)} | named)
+    return frozenset({queue for queue in queues if queue.endswith(DEAD_LETTER_SUFFIXES)} | named)
 
 
 def read_namespace(

@@ -368,3 +368,43 @@ def _celery_results(
         done = request(id=part, group=group_id, group_index=index, chord=chord)
         backend.on_chord_part_return(done, states.SUCCESS, index)
         backend.on_chord_part_return(done, states.SUCCESS, index)  # a second run counts once
+
+
+def exercise_dramatiq(
+    url: str, namespace: str, names: Names = Names(), *, scripting: str = "functions"
+) -> None:
+    """Run every operation of the Dramatiq broker and result backend, in this process.
+
+    Each of the integration's scripts runs at least once: a result stored
+    alone and with its acknowledgement (``dramatiq_store``), a nack and the
+    expiry of dead messages (``dramatiq_dead``), with a delay, a priority
+    level and a blocking result read on the way; no worker process is needed.
+    """
+    from dramatiq import Message
+
+    from dramatiq_simplebroker import SimpleBrokerDramatiqBroker, SimpleBrokerResultBackend
+
+    broker = SimpleBrokerDramatiqBroker(
+        url, namespace=namespace, lease_seconds=5.0, backend_options={"scripting": scripting}
+    )
+    backend = SimpleBrokerResultBackend(broker=broker)
+    try:
+        broker.declare_queue(names.main)
+        for delay in (None, 1):
+            message = Message(queue_name=names.main, actor_name="a", args=(), kwargs={}, options={})
+            broker.enqueue(message, delay=delay)
+        consumer = broker.consume(names.main, prefetch=2, timeout=2000)
+        first = next(consumer)
+        backend.store_result(first, "done", 60_000)  # kept for the acknowledgement
+        consumer.ack(first)
+        assert backend.get_result(first, block=True, timeout=5000) == "done"
+        second = None
+        while second is None:
+            second = next(consumer)  # the delayed one, once due
+        consumer.nack(second)
+        backend.store_exception(second, RuntimeError("failed"), 60_000)  # after its nack: alone
+        broker.store._on_beat()  # the heartbeat's expiry of dead messages
+        consumer.close()
+        broker.flush(names.main)
+    finally:
+        broker.close()

@@ -24,7 +24,7 @@ from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.scripts import library_name
 from support.state import snapshot
 
-from .exercise import exercise
+from .exercise import exercise, exercise_dramatiq
 from .faulthelpers import broker_cli, texts_of, write_project
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -100,6 +100,7 @@ def test_least_privilege_acl_user_runs_every_operation_and_nothing_else(
     theirs = snapshot(admin, "other")
 
     exercise(url, namespace, cleanup=False, scripting=scripting)
+    exercise_dramatiq(url, namespace, scripting=scripting)
     project = write_project(
         tmp_path / "cli",
         f"redis://{user}@127.0.0.1:{server.port}/0",

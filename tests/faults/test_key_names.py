@@ -17,7 +17,7 @@ import redis
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.scripts import SCRIPT_NAMES, function_name
 
-from .exercise import Names, exercise, exercise_celery
+from .exercise import Names, exercise, exercise_celery, exercise_dramatiq
 
 _MONITOR_LINE = re.compile(r"^[\d.]+ \[\d+ ([^\]]*)\] (.*)$", re.S)
 
@@ -71,6 +71,7 @@ def test_every_key_touched_stays_inside_the_namespace(make_server, names):
     assert ready.wait(10)
     exercise(server.url, namespace, names)
     exercise_celery(server.url, namespace, names)
+    exercise_dramatiq(server.url, namespace, names)
     admin = redis.Redis.from_url(server.url, decode_responses=True)
     admin.echo("monitor-stop")
     thread.join(20)

@@ -21,7 +21,7 @@ from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, TlsFiles, free_port
 
-from .exercise import exercise, exercise_celery
+from .exercise import exercise, exercise_celery, exercise_dramatiq
 from .faulthelpers import (
     QUOTED,
     assert_secret_free,
@@ -69,6 +69,7 @@ def test_every_operation_over_verified_tls(tls_server, certificates):
     with watch_backend_ports([admin]) as seen:
         exercise(url, "tls")
         exercise_celery(url, "tls")  # the Celery transport and result backend too
+        exercise_dramatiq(url, "tls")  # and the Dramatiq broker and result backend
     # Every connection of the backend (commands and Pub/Sub) used the TLS port.
     assert {port for _, port in seen} == {tls_server.tls_port}
     assert {kind for kind, _ in seen} == {"command", "wake"}

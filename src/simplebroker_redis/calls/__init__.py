@@ -14,7 +14,8 @@ The builders live by concern: :mod:`.base` (the :class:`Call` and shared
 argument helpers), :mod:`.queues` (namespace, writes, reads, probes,
 deletes), :mod:`.leases` (reservations), :mod:`.journal` (dead letters),
 :mod:`.schedules` (Taskiq schedules), :mod:`.celery` (the Celery
-integration), :mod:`.operations` (metrics, dashboard, worker beats) and
+integration), :mod:`.dramatiq` (the Dramatiq integration's room: its keys
+and replies too), :mod:`.operations` (metrics, dashboard, worker beats) and
 :mod:`.tasks` (the task index, tasks in flight, task statistics).
 This package only re-exports them, so every call reads ``calls.<name>(...)``.
 """
@@ -30,6 +31,7 @@ from .celery import (
     celery_store,
     celery_unbind,
 )
+from .dramatiq import dramatiq_dead, dramatiq_store
 from .journal import dead_letter_ack, dead_letters
 from .leases import commit, recover, release, renew, reserve, reserve_queues, settle
 from .operations import dead_letter_requeue, depths, inspect, worker_beat
@@ -85,6 +87,8 @@ __all__ = [
     "delete_ids",
     "delete_queues",
     "depths",
+    "dramatiq_dead",
+    "dramatiq_store",
     "find",
     "init",
     "insert",

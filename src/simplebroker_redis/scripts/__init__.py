@@ -97,6 +97,8 @@ ScriptName = Literal[
     "running",
     "task_stats",
     "task_stats_read",
+    "dramatiq_store",
+    "dramatiq_dead",
 ]
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)

@@ -1,0 +1,37 @@
+"""What the dashboard and the Prometheus exporter see of Dramatiq workers and queues.
+
+Both read the namespace through ``observe.read_namespace``: the workers'
+heartbeat records (kind ``dramatiq``, the queues they consume) and every
+queue's depths, with ``<queue>.XQ`` counted as a dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dqhelpers import keys_of, sender_actors, start_worker
+from dramatiq import Message
+
+from simplebroker_redis.observe import read_namespace
+from support.waiting import wait_for
+
+
+def test_workers_and_queues_are_seen(redis_url, namespace, children, tmp_path, dq_broker):
+    log = tmp_path / "events.log"
+    start_worker(children, redis_url, namespace, log, processes=2, threads=2)
+
+    def dramatiq_workers() -> list:
+        state = read_namespace(dq_broker.runner)
+        return [w for w in state.live_workers() if w.info.get("kind") == "dramatiq"]
+
+    workers = wait_for(lambda: len(dramatiq_workers()) == 2 and dramatiq_workers(), 60, "records")
+    assert all(w.info["queues"] == ["default"] for w in workers)
+    work, _ = sender_actors(dq_broker)
+    work.send("x")
+    wait_for(lambda: keys_of(log, "done"), 60, "the task")
+    consumer = dq_broker.consume("other", prefetch=1, timeout=100)
+    dq_broker.enqueue(Message(queue_name="other", actor_name="a", args=(), kwargs={}, options={}))
+    held = wait_for(lambda: next(consumer), 30, "the message")
+    consumer.nack(held)
+    consumer.close()
+    state = read_namespace(dq_broker.runner)
+    assert "other.XQ" in state.dead_letter_queues
+    assert state.queue("other.XQ").pending == 1
