@@ -11,7 +11,13 @@ Public names re-exported here; see ``docs/architecture.md`` for the design.
 from importlib.metadata import PackageNotFoundError, version
 
 from .core import RedisBrokerCore
-from .errors import AccessDenied, ReplicationTimeout, ReservationConflict, ReservationLost
+from .errors import (
+    AccessDenied,
+    OutcomeUnknown,
+    ReplicationTimeout,
+    ReservationConflict,
+    ReservationLost,
+)
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .leases import LeaseCalls, Leases
 from .options import BackendOptions, InvalidTarget
@@ -40,6 +46,7 @@ __all__ = [
     "LeaseCalls",
     "LeasedMessage",
     "Leases",
+    "OutcomeUnknown",
     "Recovery",
     "RedisBackendPlugin",
     "RedisBrokerCore",

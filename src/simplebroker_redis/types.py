@@ -86,6 +86,19 @@ class SettleGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class Dedupe:
+    """A write's idempotency key: its Redis key and how long (ms) it is kept.
+
+    A write carrying one stores its message only if no write with the same
+    key did within the window; otherwise it changes nothing and returns the
+    first write's ID. Build it with :func:`simplebroker_redis.calls.dedupe`.
+    """
+
+    key: str
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ValueWrite:
     """A value to ``SET`` in the ``commit`` script (a task result), expiry in ms."""
 

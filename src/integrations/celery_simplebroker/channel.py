@@ -241,9 +241,7 @@ class Channel(virtual.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         # A queue found empty stays empty until its wake-up: no round trip for it.
-        if not self._buffers.get(queue) and self.poller.wakeups.known_empty(
-            storage_queue(queue)
-        ):
+        if not self._buffers.get(queue) and self.poller.wakeups.known_empty(storage_queue(queue)):
             raise Empty()
         if queue in self._noack:
             return self._claim(queue)

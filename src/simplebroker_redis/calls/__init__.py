@@ -33,12 +33,14 @@ from .journal import dead_letter_ack, dead_letters
 from .leases import commit, recover, release, renew, reserve, reserve_queues, settle
 from .operations import dead_letter_requeue, depths, inspect, worker_beat
 from .queues import (
+    DEFAULT_DEDUPE_SECONDS,
     advance_ts,
     alias_add,
     alias_remove,
     broadcast,
     claim,
     cleanup,
+    dedupe,
     delete_ids,
     delete_queues,
     find,
@@ -61,6 +63,7 @@ from .queues import (
 from .schedules import schedule_claim, schedule_list, schedule_sent
 
 __all__ = [
+    "DEFAULT_DEDUPE_SECONDS",
     "Call",
     "advance_ts",
     "alias_add",
@@ -80,6 +83,7 @@ __all__ = [
     "dead_letter_ack",
     "dead_letter_requeue",
     "dead_letters",
+    "dedupe",
     "delete_ids",
     "delete_queues",
     "depths",

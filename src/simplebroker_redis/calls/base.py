@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..keys import format_id
-from ..scripts import ScriptName
+from ..scripts import READ_ONLY, ScriptName
 from ..validation import finite_number
 
 R = TypeVar("R")
@@ -36,6 +36,20 @@ class Call(Generic[R]):
     idempotent: bool = False
     runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
     writes: bool = False  #: a plain command that changes data (see above)
+
+    @property
+    def changes(self) -> bool:
+        """Return whether the call changes data: a writing script, or a command marked ``writes``.
+
+        ``init`` does not count: creating a namespace twice is harmless. A
+        change is what WAIT/WAITAOF follow, and what a lost reply leaves
+        unknown (:class:`~simplebroker_redis.errors.OutcomeUnknown`).
+        """
+        if self.idempotent:
+            return False
+        if self.script is None:
+            return self.writes
+        return self.script not in READ_ONLY and self.script != "init"
 
     def __await__(self) -> Generator[Any, None, R]:
         """Run this call on the asyncio runner it is bound to, and return its reply."""

@@ -8,14 +8,15 @@ about one queue, and deleting, renaming, aliasing and vacuuming.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from simplebroker.metadata import QueueStats
 
 from ..keys import FIXED_KEYS, Keyspace, format_id, queue_bounds
-from ..types import Broadcast, Row, TakeMode
-from ..validation import optional_id, validate_queue_name
+from ..types import Broadcast, Dedupe, Row, TakeMode
+from ..validation import finite_number, optional_id, validate_queue_name
 from .base import Call, flag, id_args, parse_bool
 
 
@@ -77,6 +78,33 @@ def key_types(keys: Keyspace) -> Call[dict[str, tuple[str, str]]]:
 
 
 # -- writes -------------------------------------------------------------------------
+#: Seconds a write's idempotency key is kept by default: a write sent again
+#: with the same key within this window (after its reply was lost, say)
+#: stores nothing. Like the duplicate-detection windows of SQS FIFO queues
+#: (5 minutes) and Azure Service Bus (10 minutes by default).
+DEFAULT_DEDUPE_SECONDS: Final[float] = 600.0
+
+#: What an idempotency key may be: printable ASCII without spaces, 1-200
+#: characters (task and message IDs: UUIDs, hex, ...).
+_DEDUPE_KEY_RE: Final = re.compile(r"^[!-~]{1,200}$")
+
+
+def dedupe(keys: Keyspace, key: str, seconds: float = DEFAULT_DEDUPE_SECONDS) -> Dedupe:
+    """Return the idempotency key ``key`` of a write in ``keys``' namespace, kept ``seconds``.
+
+    Raises ValueError for a key that is not 1-200 printable ASCII
+    characters without spaces, or a window under 1 ms.
+    """
+    if not isinstance(key, str) or not _DEDUPE_KEY_RE.match(key):
+        raise ValueError(
+            f"an idempotency key is 1-200 printable ASCII characters without spaces, not {key!r}"
+        )
+    window_ms = round(finite_number(seconds, "dedupe_seconds", bound=0) * 1000)
+    if window_ms < 1:
+        raise ValueError("dedupe_seconds must be at least 0.001")
+    return Dedupe(keys.sent_key(key), window_ms)
+
+
 def write(
     queue: str,
     body: str,
@@ -85,18 +113,42 @@ def write(
     keep_newest: int = 0,
     delay_us: int = 0,
     maintenance: str = "",
+    once: Dedupe | None = None,
 ) -> Call[int]:
-    """``write.lua``: one message (optionally delayed, or trimming the queue); its ID."""
-    args = (queue, body, format_id(candidate), keep_newest, delay_us, maintenance)
-    return Call(int, "write", args)
+    """``write.lua``: one message (optionally delayed, or trimming the queue); its ID.
+
+    ``once``: the write's idempotency key (see :func:`dedupe`).
+    """
+    args: tuple[object, ...] = (
+        queue,
+        body,
+        format_id(candidate),
+        keep_newest,
+        delay_us,
+        maintenance,
+    )
+    if once is None:
+        return Call(int, "write", args)
+    return Call(int, "write", (*args, once.window_ms), extra_keys=(once.key,))
 
 
-def write_batch(candidate: int, items: Sequence[tuple[str, str, int]]) -> Call[list[int]]:
-    """``write_batch.lua``: several (queue, body, delay in us) messages, all or nothing."""
+def write_batch(
+    candidate: int, items: Sequence[tuple[str, str, int, Dedupe | None]]
+) -> Call[list[int]]:
+    """``write_batch.lua``: several messages, all or nothing.
+
+    Each item is (queue, body, delay in us, idempotency key or None; see
+    :func:`dedupe`).
+    """
     args: list[object] = [format_id(candidate)]
-    for queue, body, delay_us in items:
-        args += (queue, body, delay_us)
-    return Call(_ids, "write_batch", tuple(args))
+    keys: list[str] = []
+    for queue, body, delay_us, once in items:
+        if once is None:
+            args += (queue, body, delay_us, "")
+        else:
+            args += (queue, body, delay_us, once.window_ms)
+            keys.append(once.key)
+    return Call(_ids, "write_batch", tuple(args), extra_keys=tuple(keys))
 
 
 def insert(required_last_ts: int, records: Iterable[tuple[str, str, int]]) -> Call[int]:

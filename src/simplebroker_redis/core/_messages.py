@@ -109,14 +109,32 @@ class MessagesMixin(CoreBase):
             self._clock.observe(new)
 
     # -- writes ----------------------------------------------------------------
-    def write(self, queue: str, message: str, *, keep_newest: int | None = None) -> int:
+    def write(
+        self,
+        queue: str,
+        message: str,
+        *,
+        keep_newest: int | None = None,
+        dedupe_key: str | None = None,
+        dedupe_seconds: float = calls.DEFAULT_DEDUPE_SECONDS,
+    ) -> int:
         """Write one message; return its ID (one round trip).
 
         With ``keep_newest=N`` the same script leaves only the N newest
         messages of the queue pending; older pending ones become claimed.
+
+        ``dedupe_key`` makes the write idempotent: if a write with the same
+        key stored its message within the last ``dedupe_seconds``, nothing
+        is stored and that write's ID is returned. A write that failed with
+        ``OutcomeUnknown`` can so be sent again without a second copy.
         """
         keep = validate_keep_newest(keep_newest)
         validate_queue_name(queue)
+        once = (
+            None
+            if dedupe_key is None
+            else calls.dedupe(self._runner.keys, dedupe_key, dedupe_seconds)
+        )
         self._guard("write")
         self._validate_message(message)
         committed = self._allocate(
@@ -127,6 +145,7 @@ class MessagesMixin(CoreBase):
                 candidates[0],
                 keep_newest=keep or 0,
                 maintenance=self._maintenance_spec(),
+                once=once,
             ),
         )
         self._clock.observe(committed)
