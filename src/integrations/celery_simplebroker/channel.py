@@ -23,6 +23,7 @@ from kombu.transport import virtual
 
 from simplebroker_redis import ReplicationTimeout
 
+from . import publishing
 from .bindings import Declarations
 from .envelope import (
     AUTO_ENCODING,
@@ -48,16 +49,30 @@ class QoS(virtual.QoS):
     channel: Channel
 
     def ack(self, delivery_tag: str) -> None:
-        """Delete the message (one round trip), then forget it."""
-        self.channel.settle(delivery_tag)
-        super().ack(delivery_tag)
-        self.channel.poller.nudge()
+        """Delete the message (one round trip), then forget it, whatever the server said.
+
+        Celery acknowledges a message once: a tag kept here after a failed
+        settlement would hold its prefetch slot for good, and a worker that
+        lost every slot so (a reset of every connection) took nothing more
+        (issue 42). The store sends again what could not reach the server
+        (:mod:`.settlements`).
+        """
+        try:
+            self.channel.settle(delivery_tag)
+        finally:
+            super().ack(delivery_tag)
+            self.channel.poller.nudge()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """Requeue (pending again at once, at its place) or dead-letter / delete the message."""
-        self.channel.reject_message(delivery_tag, requeue)
-        self._quick_ack(delivery_tag)
-        self.channel.poller.nudge()
+        """Requeue (pending again at once, at its place) or dead-letter / delete the message.
+
+        The slot is freed whatever the server said, as for :meth:`ack`.
+        """
+        try:
+            self.channel.reject_message(delivery_tag, requeue)
+        finally:
+            self._quick_ack(delivery_tag)
+            self.channel.poller.nudge()
 
     def restore_unacked(self) -> list[Any]:
         """Hand every unacknowledged message back at once, one round trip per reservation.
@@ -125,8 +140,22 @@ class Channel(virtual.Channel):
         together with the chord's ``done`` mark (see :mod:`.staging`).
         """
         storage = self.store.level_of(storage_queue(queue), self._get_message_priority(message))
-        with _unconfirmed_is_final():
-            self.store.write(storage, seal(message))
+        once = publishing.dedupe_key(message, storage)
+        with _unconfirmed_is_final(), publishing.attempt(message):
+            self.store.write(storage, seal(message, publishing.TRANSIENT_FIELDS), dedupe_key=once)
+
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> Any:
+        """Publish ``message``, idempotently: its retries never store a second copy.
+
+        See :mod:`.publishing`: the publish's key lives in the message's
+        dicts until every queue it is routed to stored it.
+        """
+        publishing.begin(message)
+        result = super().basic_publish(message, exchange, routing_key, **kwargs)
+        publishing.done(message)
+        return result
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -135,7 +164,7 @@ class Channel(virtual.Channel):
         queues = sorted({storage_queue(queue) for queue in self._lookup(exchange, routing_key)})
         if queues:
             with _unconfirmed_is_final():
-                self.store.broadcast(seal(message), queues)
+                self.store.broadcast(seal(message, publishing.TRANSIENT_FIELDS), queues)
 
     # -- exchanges and queues ------------------------------------------------------
     def _new_queue(self, queue: str, **kwargs: Any) -> None:

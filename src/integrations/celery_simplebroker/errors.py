@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import AccessDenied
+from simplebroker_redis import AccessDenied, ReplicationTimeout
 
 
 class UnconfirmedPublish(RuntimeError):
@@ -48,6 +48,28 @@ class ConnectTimedOut(OperationalError, redis.TimeoutError):
 
 class ServerUnreachable(OperationalError, redis.ConnectionError):
     """The server could not be reached (refused, unresolvable, TLS verification failed)."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Return True when ``exc`` is the backend's "cannot reach the server" (any cause).
+
+    A connection refused, reset, closed or timed out: the call may be made
+    again once the server is back. Not a refusal no retry can fix
+    (``AccessDenied``), nor a write that happened (``ReplicationTimeout``).
+    """
+    if not isinstance(exc, OperationalError) or isinstance(exc, (AccessDenied, ReplicationTimeout)):
+        return False
+    return isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError, OSError))
+
+
+def unsent(exc: BaseException) -> bool:
+    """Return True when ``exc`` says the command never left this process (a failed connect).
+
+    The backend marks those ``retryable``: nothing reached the server. Any
+    other connection failure (a read that timed out, a reset after the
+    send) leaves the command's outcome unknown.
+    """
+    return unreachable(exc) and bool(getattr(exc, "retryable", False))
 
 
 @contextmanager

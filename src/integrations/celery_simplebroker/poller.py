@@ -147,6 +147,7 @@ class Poller:
         self._recheck_timer: Any = None
         self._alarm = -1  # the wake-ups' alarm descriptor, while in a loop
         self._closed = False
+        store.outage.on_end = self._outage_ended
         _ALL.add(self)
 
     def close(self) -> None:
@@ -166,6 +167,12 @@ class Poller:
 
     def nudge(self) -> None:
         """Tell a waiting drain that room or consumers changed (any thread)."""
+        self.wakeups.nudge()
+
+    def _outage_ended(self) -> None:
+        """Poll every queue again at once: the server answers again (the heartbeat thread)."""
+        self._must_poll = True
+        self.wakeups.forget_empty()
         self.wakeups.nudge()
 
     def consumers_changed(self, *, consuming: bool) -> None:

@@ -19,24 +19,30 @@ reservation reads them in :meth:`Store.levels` order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from queue import Empty
 from typing import Any, Final, cast
 
 from simplebroker import resolve_config
+from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.priorities import levels, priority_queue
-from simplebroker_redis.types import LeasedMessage, MultiLease
+from simplebroker_redis.types import LeasedMessage, MultiLease, Settlement
 from simplebroker_redis.validation import validate_message
 
 from . import acks as acks_module
 from .acks import Reservation, ResultAcks, report
 from .envelope import Buffered, Unreadable, claimed_tag, delivery_tag, expired, open_body
+from .errors import unreachable
+from .fencing import HOLDER_FIELD, holder_mark
 from .options import TransportOptions, storage_queue
+from .outage import Outage
+from .settlements import Deferred, Settle
 from .staging import stage_for
 
 logger = logging.getLogger("celery_simplebroker")
@@ -62,8 +68,11 @@ class Store:
         self.options = options
         self.holdings = Holdings()
         self.acks = ResultAcks(runner.identity, self.holdings)
+        self.mark = holder_mark(runner.identity)
         self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self._on_beat = on_beat
+        self.deferred = Deferred()
+        self.outage = Outage(runner.where)
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
 
@@ -91,7 +100,7 @@ class Store:
                 self.holdings,
                 self.options.timing,
                 framework="celery",
-                on_beat=self._on_beat,
+                on_beat=self._beat,
             )
         self._heartbeat.start()
 
@@ -101,8 +110,25 @@ class Store:
         A process that consumed once (``celery inspect`` collecting replies
         on a pooled connection) must not run recovery passes forever.
         """
-        if self._heartbeat is not None and not self.holdings.tokens():
+        if self._heartbeat is not None and not self.holdings.tokens() and not self.deferred:
             self._heartbeat.stop()
+
+    def _beat(self) -> None:
+        """After each renewal (heartbeat thread): end an outage, send deferred settlements.
+
+        A beat makes no round trip when nothing is held, so an outage ends
+        only after a PING got through.
+        """
+        if self.outage.down:
+            try:
+                self.runner.execute(lambda client: client.ping(), idempotent=True)
+            except OperationalError as exc:
+                if not unreachable(exc):
+                    raise
+                return  # the heartbeat beats again soon
+        self.deferred.retry()
+        self.outage.end()
+        self._on_beat()
 
     def close(self) -> None:
         """Stop the heartbeat; the result backend no longer finds this store's messages."""
@@ -135,11 +161,14 @@ class Store:
         return priority_queue(queue, priority) if self.options.priorities else queue
 
     # -- publishing -----------------------------------------------------------------------------
-    def write(self, queue: str, envelope: str) -> None:
-        """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch."""
+    def write(self, queue: str, envelope: str, *, dedupe_key: str | None = None) -> None:
+        """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch.
+
+        ``dedupe_key``: the publish's idempotency key (see :mod:`.publishing`).
+        """
         stage = stage_for(self.runner.identity)
         if stage is None:
-            self.core.write(queue, envelope)
+            self.core.write(queue, envelope, dedupe_key=dedupe_key)
             return
         validate_message(envelope, self.max_message_size)
         stage.messages.append((queue, envelope))
@@ -171,9 +200,10 @@ class Store:
         """
         plan = self.reservation(queue, limit)
         try:
-            reserved = self.leases.reserve_queues(
-                plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
-            )
+            with self._polling():
+                reserved = self.leases.reserve_queues(
+                    plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
+                )
         except ReplicationTimeout as exc:
             self.hand_back_unconfirmed(exc.result)
             raise
@@ -213,6 +243,7 @@ class Store:
         tag = delivery_tag(token, message.id)
         try:
             payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
+            payload["properties"][HOLDER_FIELD] = self.mark  # its result is fenced by its lease
         except Unreadable:
             logger.error("message %d of queue %s is not a kombu message", message.id, queue)
             self.dead_letter(token, message.id, unreadable=queue)
@@ -229,6 +260,10 @@ class Store:
         over the priority queues and its deletion (two round trips for a
         message, one for an empty queue).
         """
+        with self._polling():
+            return self._claim(queue, ttl)
+
+    def _claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:
         storage = storage_queue(queue)
         deliveries = 0  # a claim script does not count deliveries
         if not self.options.priorities:
@@ -282,13 +317,15 @@ class Store:
             return
         if confirmed is None:
             self.holdings.let_go(token)
+        send = functools.partial(self.leases.ack, token, [message_id], delete=True)
         try:
-            settlement = self.leases.ack(token, [message_id], delete=True)
+            settlement = self._settle(Settle(token, message_id, "acknowledgement", send))
         except ReplicationTimeout as exc:
             # Celery would log a failed acknowledgement as critical; it happened.
             logger.warning("message %d acknowledged, not confirmed: %s", message_id, exc)
             settlement = exc.result
-        report(settlement, message_id)
+        if settlement is not None:
+            report(settlement, message_id)
 
     def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
         """Make reserved messages pending again at once, atomically per reservation.
@@ -326,7 +363,33 @@ class Store:
             return  # its result's script deleted it already
         if not unheld:
             self.holdings.let_go(token)  # before the server drops the token
+        send = functools.partial(self.leases.reject, token, [message_id], target)
         try:
-            self.leases.reject(token, [message_id], target)
+            self._settle(Settle(token, message_id, "rejection", send))
         except ReplicationTimeout as exc:  # moved on the primary, as for ack
             logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
+
+    def _settle(self, settle: Settle) -> Settlement | None:
+        """Send a settlement now; during an outage defer it (None), see :mod:`.outage`."""
+        if not self.outage.down:
+            try:
+                return settle.send()
+            except OperationalError as exc:
+                if not unreachable(exc):
+                    raise
+                self.outage.begin(exc)
+        self.deferred.defer(settle)
+        return None
+
+    @contextlib.contextmanager
+    def _polling(self) -> Iterator[None]:
+        """Deliver nothing during an outage: ``Empty`` instead of a round trip or its failure."""
+        if self.outage.down:
+            raise Empty()
+        try:
+            yield
+        except OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            self.outage.begin(exc)
+            raise Empty() from None

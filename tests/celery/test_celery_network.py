@@ -1,0 +1,107 @@
+"""Celery workers and producers through network faults (issue 42), on a fault proxy.
+
+Workers reach the server through :class:`~support.faultproxy.FaultProxy`
+(``celery_url`` is its URL); the test's own producer and result reads go
+to the server directly unless a test says otherwise. Workers run the
+prefork pool with two processes, as the issue's runs did, and Celery's
+default ``result_backend_always_retry = False``: what is tested is this
+package's own handling, not Celery's retry loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simplebroker_redis.devserver import DevServer
+from support.eventlog import read_events
+from support.faultproxy import FaultProxy
+from support.processes import Process
+from support.waiting import wait_for
+
+#: Seconds an outage lasts at least (the lease is longer: nothing expires).
+OUTAGE = 3.0
+
+#: Celery settings of the workers: Celery's defaults where the test app changes them.
+DEFAULTS = json.dumps({"result_backend_always_retry": False})
+
+
+@pytest.fixture
+def proxy(server: DevServer) -> Iterator[FaultProxy]:
+    with FaultProxy(("127.0.0.1", server.port)) as faults:
+        yield faults
+
+
+@pytest.fixture
+def celery_url(proxy: FaultProxy) -> str:
+    return proxy.url()
+
+
+@pytest.fixture
+def direct(server: DevServer, namespace: str, events: Path, lease: float) -> Iterator[Any]:
+    """A producer and result reader that reaches the server without the proxy."""
+    from celeryapp import make_app
+
+    application = make_app(server.url, namespace, str(events), lease)
+    application.conf.result_backend_always_retry = False
+    yield application
+    application.close()
+
+
+def prefork(start_worker: Any, name: str) -> Process:
+    """Start a prefork worker with two processes (the issue's), Celery's result defaults."""
+    worker: Process = start_worker(
+        name, pool="prefork", concurrency=2, env={"CELERY_CONF": DEFAULTS}
+    )
+    return worker
+
+
+def finished(events: Path) -> set[str]:
+    return {event.words[0] for event in read_events(events, "done")}
+
+
+def starts(events: Path) -> Counter[str]:
+    return Counter(event.words[0] for event in read_events(events, "start"))
+
+
+def logged(worker: Process, text: str) -> bool:
+    return text in worker.output()
+
+
+def outage(seconds: float) -> None:
+    """Let a fault last ``seconds`` (its length is the scenario's, not a wait for readiness)."""
+    time.sleep(seconds)
+
+
+@pytest.mark.parametrize("lease", [6.0])
+def test_a_worker_resumes_at_once_after_every_connection_is_reset_and_refused(
+    proxy, direct, events, start_worker
+):
+    """The issue's hang: every connection reset, new ones refused, mid-run; then healed.
+
+    Tasks finished during the outage have their acknowledgement deferred and
+    their result's store retried (neither raises to Celery), the consumer
+    never restarts, and the worker takes tasks again within 2 s of the heal.
+    Every result is the task's own: SUCCESS, none lost.
+    """
+    worker = prefork(start_worker, "w")
+    keys = [f"k{i}" for i in range(40)]
+    results = [direct.send_task("record", (key, 0.2)) for key in keys]
+    wait_for(lambda: len(finished(events)) >= 8, 30, "the worker to be busy")
+    proxy.reset(refuse=True)
+    outage(OUTAGE)
+    healed = time.time()
+    proxy.heal()
+    assert [result.get(timeout=60) for result in results] == keys
+    resumed = min(event.at for event in read_events(events, "start") if event.at > healed)
+    assert resumed - healed < 2.0, f"took {resumed - healed:.1f} s to resume"
+    assert logged(worker, "storing the SUCCESS")  # a task finished in the outage: retried
+    assert not logged(worker, "Connection to broker lost")  # Celery's consumer never restarted
+    assert not logged(worker, "outside body")
+    assert not logged(worker, "Couldn't ack")
