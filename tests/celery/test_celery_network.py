@@ -105,3 +105,99 @@ def test_a_worker_resumes_at_once_after_every_connection_is_reset_and_refused(
     assert not logged(worker, "Connection to broker lost")  # Celery's consumer never restarted
     assert not logged(worker, "outside body")
     assert not logged(worker, "Couldn't ack")
+
+
+def queue_total(server: DevServer, namespace: str, queue: str = "celery") -> int:
+    """Return how many messages ``queue`` stores (pending or reserved), read directly."""
+    from simplebroker_redis import RedisBrokerCore, RedisRunner
+
+    runner = RedisRunner(server.url, namespace=namespace)
+    try:
+        return int(RedisBrokerCore(runner).get_queue_stat(queue).total)
+    finally:
+        runner.shutdown()
+
+
+def settled(proxy: FaultProxy, server: DevServer, baseline: int) -> bool:
+    """Return True once every request the proxy held was delivered and the server closed it."""
+    return proxy.connections == 0 and connected_clients(server) <= baseline
+
+
+def producer(proxy: FaultProxy, namespace: str, events: Path, retries: int) -> Any:
+    """A producer through the proxy whose commands time out after 1 s (URL option)."""
+    from celeryapp import make_app
+
+    app = make_app(f"{proxy.url()}?socket_timeout=1", namespace, str(events))
+    app.conf.task_publish_retry_policy = {
+        "max_retries": retries,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.2,
+    }
+    return app
+
+
+def close(app: Any) -> None:
+    """Close every connection of a producer app (its held requests then reach the server)."""
+    app.pool.force_close_all()  # Celery's close() only forgets its pool
+    app.close()
+    app.backend.runner.shutdown()
+
+
+def connected_clients(server: DevServer) -> int:
+    import redis
+
+    client = redis.Redis(port=server.port)
+    try:
+        return int(client.info("clients")["connected_clients"]) - 1  # not this one
+    finally:
+        client.close()
+
+
+def test_a_publish_cut_off_fails_in_bounded_time_saying_its_outcome_is_unknown(
+    proxy, server, namespace, events
+):
+    """``delay()`` in a blackhole raises after its tries time out, and says what is known.
+
+    Each try's write reached the proxy, which held it: the outcome is
+    unknown, not "cannot reach". Delivered at the heal, the three tries
+    store the task once (the publish is idempotent).
+    """
+    app = producer(proxy, namespace, events, retries=2)
+    app.send_task("record", ("warm",)).forget()  # connected, the namespace checked
+    baseline = connected_clients(server)
+    proxy.blackhole()
+    began = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        app.send_task("record", ("cut",))
+    took = time.monotonic() - began
+    proxy.heal()
+    assert "outcome of this publish is unknown" in str(raised.value), raised.value
+    # Three tries of at most a 1 s read each (and a reconnect each): bounded, not a hang.
+    assert took < 3 * 2 * 1.0 + 3.0, f"took {took:.1f} s"
+    close(app)
+    wait_for(lambda: settled(proxy, server, baseline), 30, "the held requests to be delivered")
+    assert queue_total(server, namespace) == 2  # "warm" and one copy of "cut"
+
+
+def test_a_publish_that_returned_success_stored_its_task_exactly_once(
+    proxy, server, namespace, events
+):
+    """A blackhole shorter than the publish's retries: success, and one copy, not two.
+
+    The first try's write is held and delivered at the heal; the retry that
+    succeeds sends the same write again: the idempotency key keeps one.
+    """
+    app = producer(proxy, namespace, events, retries=20)
+    app.send_task("record", ("warm",)).forget()
+    baseline = connected_clients(server)
+    proxy.blackhole()
+    healer = __import__("threading").Timer(2.5, proxy.heal)
+    healer.start()
+    try:
+        app.send_task("record", ("once",))  # returns only after the heal: success
+    finally:
+        healer.join()
+    close(app)
+    wait_for(lambda: settled(proxy, server, baseline), 30, "the held requests to be delivered")
+    assert queue_total(server, namespace) == 2  # "warm" and "once", once

@@ -144,18 +144,35 @@ class Channel(virtual.Channel):
         with _unconfirmed_is_final(), publishing.attempt(message):
             self.store.write(storage, seal(message, publishing.TRANSIENT_FIELDS), dedupe_key=once)
 
+    def prepare_message(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Prepare a message to publish with its idempotency key (see :mod:`.publishing`).
+
+        kombu prepares the message again for every try of a publish, from
+        the same properties and headers: the key an earlier try put there
+        is kept.
+        """
+        message: dict[str, Any] = super().prepare_message(*args, **kwargs)
+        publishing.begin(message)
+        return message
+
     def basic_publish(
         self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
     ) -> Any:
         """Publish ``message``, idempotently: its retries never store a second copy.
 
-        See :mod:`.publishing`: the publish's key lives in the message's
-        dicts until every queue it is routed to stored it.
+        The publish's key stays in the message's dicts until every queue it
+        is routed to stored it.
         """
-        publishing.begin(message)
+        if publishing.PUBLISH_FIELD not in message.get("properties", {}):
+            publishing.begin(message)  # not prepared by this channel
         result = super().basic_publish(message, exchange, routing_key, **kwargs)
         publishing.done(message)
         return result
+
+    def queue_declare(self, *args: Any, **kwargs: Any) -> Any:
+        """Declare a queue (kombu does before every try of a publish; see :mod:`.publishing`)."""
+        with publishing.preparing():
+            return super().queue_declare(*args, **kwargs)
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any, Final
 
 from simplebroker_redis import OutcomeUnknown
 
-from .errors import unsent
+from .errors import unreachable
 
 #: Carries a publish's key across its retries (in properties and headers; never stored).
 PUBLISH_FIELD: Final[str] = "x-simplebroker-publish"
@@ -64,8 +65,20 @@ def _carriers(message: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+class _Current(threading.local):
+    """The publish this thread is trying: whether an earlier try's outcome was unknown."""
+
+    unknown = False
+
+
+_current = _Current()
+
+
 def begin(message: dict[str, Any]) -> None:
-    """Give the publish its key, or keep the one an earlier try of it gave."""
+    """Give a try of a publish its key: the one an earlier try of it gave, or a new one.
+
+    Called when kombu prepares the message, before it declares the queue.
+    """
     carriers = _carriers(message)
     key = next((c[PUBLISH_FIELD] for c in carriers if PUBLISH_FIELD in c), None)
     key = key or uuid.uuid4().hex
@@ -74,6 +87,7 @@ def begin(message: dict[str, Any]) -> None:
         carrier[PUBLISH_FIELD] = key
         if unknown:
             carrier[UNKNOWN_FIELD] = True
+    _current.unknown = unknown
 
 
 def done(message: dict[str, Any]) -> None:
@@ -81,6 +95,7 @@ def done(message: dict[str, Any]) -> None:
     for carrier in _carriers(message):
         for field in TRANSIENT_FIELDS:
             carrier.pop(field, None)
+    _current.unknown = False
 
 
 def dedupe_key(message: dict[str, Any], queue: str) -> str | None:
@@ -102,15 +117,36 @@ def attempt(message: dict[str, Any]) -> Iterator[None]:
     except OutcomeUnknown as exc:
         for carrier in _carriers(message):
             carrier[UNKNOWN_FIELD] = True
+        _current.unknown = True
         raise PublishOutcomeUnknown(
-            f"{exc}. The message may have been stored; the publish is idempotent, so a "
-            "retry of it (kombu's, Celery's) stores it at most once"
+            f"{exc}. The message may have been stored: the publish is idempotent, so "
+            "its retries (kombu's, Celery's) store it at most once"
         ) from exc
     except Exception as exc:
-        earlier = any(c.get(UNKNOWN_FIELD) for c in _carriers(message))
-        if not (earlier and unsent(exc)):
-            raise
+        _reraise_if_unknown(exc)
+        raise
+
+
+@contextlib.contextmanager
+def preparing() -> Iterator[None]:
+    """Around what a retried publish does before it writes (kombu declares the queue)."""
+    try:
+        yield
+    except Exception as exc:
+        _reraise_if_unknown(exc)
+        raise
+
+
+def _reraise_if_unknown(exc: Exception) -> None:
+    """Raise :class:`PublishOutcomeUnknown` for a connection failure after an unknown try.
+
+    After a try whose outcome is unknown, the publish's later tries may
+    fail before they write (kombu reconnects and declares the queue
+    first): their error must not read as if nothing had been stored.
+    """
+    if _current.unknown and unreachable(exc) and not isinstance(exc, OutcomeUnknown):
         raise PublishOutcomeUnknown(
-            f"{exc}; an earlier try of this publish got no reply, so the message may have "
-            "been stored (once: the publish is idempotent)"
+            "the outcome of this publish is unknown: an earlier try got no reply, so its "
+            "message may have been stored (at most once: the publish is idempotent); the "
+            f"last try failed: {exc}"
         ) from exc
