@@ -73,6 +73,7 @@ LAYERS: dict[str, int] = {
     # 3: namespace lifecycle, leases, activity, async writes
     "namespace": 3,
     "leases": 3,
+    "holdings": 3,
     "activity": 3,
     "activity.outage": 3,
     "activity.memo": 3,
@@ -310,8 +311,9 @@ PROTEAN_LAYERS: dict[str, int] = {
     "sqlite_store": 3,
     "groups": 3,
     "inflight": 3,
-    # 4: dead letters and health reports over the groups; 5: Protean's broker
+    # 4: dead letters, health reports and reads over the groups; 5: Protean's broker
     "dlq": 4,
+    "reads": 4,
     "reports": 4,
     "broker": 5,
     "": 6,

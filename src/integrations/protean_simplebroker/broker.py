@@ -31,8 +31,14 @@ from . import config, reports
 from .dlq import DeadLetters
 from .groups import Groups
 from .inflight import InFlight
-from .messages import ENVELOPE_OVERHEAD, CorruptMessage, open_envelope, serialize
+from .messages import (
+    ENVELOPE_OVERHEAD,
+    log_key,
+    message_key,
+    serialize,
+)
 from .names import Layout
+from .reads import take
 from .store import Store
 
 if TYPE_CHECKING:
@@ -128,11 +134,22 @@ class SimpleBrokerBroker(BaseBroker):
     @property
     def dead_letters(self) -> DeadLetters:
         """Return the DLQ operations."""
-        return DeadLetters(self.store, self.layout, self.groups, self._publish)
+        # A replay publishes a message again on purpose: no idempotency key.
+        return DeadLetters(self.store, self.layout, self.groups, self._append)
 
     # -- publishing ---------------------------------------------------------------------
     def _publish(self, stream: str, message: dict[str, Any]) -> str:
-        """Append ``message`` to the stream's log; return its SimpleBroker ID as a string."""
+        """Append ``message`` to the stream's log; return its SimpleBroker ID as a string.
+
+        Idempotent by the message's ID (``metadata.headers.id``): published
+        again within ``DEDUPE_SECONDS`` (by Protean's own retry after a
+        connection error, or by the caller after ``OutcomeUnknown``), it is
+        stored once and the first ID is returned.
+        """
+        return self._append(stream, message, message_key(message))
+
+    def _append(self, stream: str, message: dict[str, Any], key: str | None = None) -> str:
+        """Append ``message`` to the stream's log, idempotent by ``key`` when given."""
         body = serialize(message)
         room = self.store.max_message_size - ENVELOPE_OVERHEAD
         if len(body.encode("utf-8")) > room:
@@ -142,7 +159,7 @@ class SimpleBrokerBroker(BaseBroker):
             )
         log = self.layout.log(stream)
         try:
-            identifier = self.store.conn.write(log, body)
+            identifier = self.store.append(log, body, None if key is None else log_key(log, key))
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
@@ -154,32 +171,16 @@ class SimpleBrokerBroker(BaseBroker):
 
     # -- consuming ------------------------------------------------------------------------
     def _take(self, stream: str, group: str, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """Return this consumer's nacked messages first, then reserve new ones (up to ``count``)."""
-        if count < 1:
-            return []
-        key = (stream, group)
-        out = [(i, taken.payload) for i, taken in self._inflight.take_redeliveries(key, count)]
-        if len(out) == count:
-            return out
-        state = self.groups.ensure(stream, group)
-        store = self.store
-        store.recover(stream, group)
-        self.groups.pull(state)
-        for held, body in store.reserve(stream, group, count - len(out), owned=key in self._owned):
-            try:
-                identifier, payload = open_envelope(body)
-            except CorruptMessage as exc:
-                logger.error(
-                    "moving unreadable message %s of %s to its dead letters: %s",
-                    held.copy_id,
-                    state.queue,
-                    exc,
-                )
-                store.bury(held)
-                continue
-            self._inflight.add(key, identifier, held, payload)
-            out.append((identifier, payload))
-        return out
+        """Return up to ``count`` messages for this consumer (see :mod:`.reads`)."""
+        return take(
+            self.store,
+            self.groups,
+            self._inflight,
+            stream,
+            group,
+            count,
+            owned=(stream, group) in self._owned,
+        )
 
     def _get_next(self, stream: str, consumer_group: str) -> tuple[str, dict[str, Any]] | None:
         """Reserve the group's next message."""

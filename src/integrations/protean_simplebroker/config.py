@@ -27,6 +27,7 @@ from protean.exceptions import ConfigurationError
 from simplebroker.ext import InvalidConfigError
 
 from simplebroker_redis import DEFAULT_NAMESPACE, BackendOptions
+from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import OPTION_NAMES, parse_target, redact_target
 
@@ -57,6 +58,7 @@ _OWN: Final[frozenset[str]] = frozenset(
         "RECOVER_SECONDS",
         "MAX_DELIVERIES",
         "COPY_BATCH",
+        "DEDUPE_SECONDS",
     }
 )
 
@@ -80,6 +82,8 @@ class Settings:
     timing: LeaseTiming = field(default_factory=LeaseTiming)
     max_deliveries: int | None = DEFAULT_MAX_DELIVERIES
     copy_batch: int = DEFAULT_COPY_BATCH
+    #: Redis: seconds a published message's ID keeps a resend from storing it twice.
+    dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS
 
 
 def _bad(key: str, why: str) -> ConfigurationError:
@@ -101,6 +105,13 @@ def _max_deliveries(raw: Mapping[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _bad("MAX_DELIVERIES", f"must be an integer >= 1 (0: never), not {value!r}")
     return value
+
+
+def _dedupe_seconds(raw: Mapping[str, Any]) -> float:
+    value = raw.get("DEDUPE_SECONDS", DEFAULT_DEDUPE_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0.001:
+        raise _bad("DEDUPE_SECONDS", f"must be a number of seconds >= 0.001, not {value!r}")
+    return float(value)
 
 
 def _sqlite_path(uri: str) -> str:
@@ -176,4 +187,5 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
         timing=_timing(raw),
         max_deliveries=_max_deliveries(raw),
         copy_batch=batch,
+        dedupe_seconds=_dedupe_seconds(raw),
     )

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Final
@@ -30,6 +31,36 @@ ENVELOPE_OVERHEAD: Final[int] = len('{"id":"","message":}') + 20
 
 class CorruptMessage(ValueError):
     """A stored body is not what this provider writes."""
+
+
+#: What an idempotency key may be (the backend's rule, less room for the log name).
+_KEY: Final = re.compile(r"^[!-~]{1,120}$")
+
+
+def message_key(message: dict[str, Any]) -> str | None:
+    """Return a published message's ID (``metadata.headers.id``), None without a usable one.
+
+    Protean documents that ID as the message's idempotency key. One that is
+    not 1-120 printable ASCII characters without spaces is not used.
+    """
+    metadata = message.get("metadata")
+    headers = metadata.get("headers") if isinstance(metadata, dict) else None
+    value = headers.get("id") if isinstance(headers, dict) else None
+    if isinstance(value, str) and _KEY.match(value):
+        return value
+    return None
+
+
+def log_key(log: str, key: str) -> str:
+    """Return the idempotency key of message ``key`` in the log queue ``log``.
+
+    Per log: the same message may go to two streams. A long pair is
+    hashed, so the key stays within the backend's 200 characters.
+    """
+    combined = f"{log}:{key}"
+    if len(combined) <= 200:
+        return combined
+    return "sha256:" + hashlib.sha256(combined.encode("utf-8")).hexdigest()
 
 
 def serialize(message: dict[str, Any]) -> str:

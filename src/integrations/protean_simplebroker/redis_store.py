@@ -31,7 +31,8 @@ from simplebroker import BrokerTarget, QueueStats
 from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
-from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.integration import Target
 
 from .config import Settings
@@ -76,6 +77,7 @@ class RedisStore(Store):
         """Reserve up to ``limit`` copies under one token (see :class:`Store`)."""
         queue = self.layout.group(stream, group)
         most = self.max_deliveries
+        sent = time.monotonic()
         try:
             lease = self.leases.reserve(
                 queue,
@@ -83,6 +85,7 @@ class RedisStore(Store):
                 self.settings.timing.lease_seconds,
                 max_deliveries=most,
                 dead_letter=self.layout.dead(stream, group) if most else None,
+                holder=self.holdings.holder,
             )
         except ReplicationTimeout as exc:
             # Reserved on the primary, but a failover could undo it: hand the
@@ -91,10 +94,11 @@ class RedisStore(Store):
                 self._give_back(exc.result.token)
             logger.warning("reservation on %s not confirmed by a replica: %s", queue, exc)
             return []
+        self.holdings.clock.observe(lease.created_ns, sent)
         self._reading.add(queue)
         if not lease.messages:
             return []
-        self.holdings.hold(lease.token, len(lease.messages))
+        self.holdings.hold(lease.token, len(lease.messages), lease.deadline_ns)
         self.heartbeat.start()
         return [
             (Held(stream, group, message.id, lease.token, message.deliveries), message.body)
@@ -115,6 +119,20 @@ class RedisStore(Store):
             settled = 1
         self.holdings.let_go(held.handle)
         return settled == 1
+
+    def startable(self, held: Held) -> bool | None:
+        """Return whether the copy's lease still holds (see :meth:`Store.startable`)."""
+        standing = self.holdings.standing(held.handle)
+        if standing is Standing.HELD:
+            return True
+        return False if standing is Standing.EXPIRED else None
+
+    def append(self, queue: str, body: str, key: str | None = None) -> int:
+        """Write ``body`` to ``queue``, idempotent by ``key`` (see :meth:`Store.append`)."""
+        conn = self.conn
+        if key is None or not isinstance(conn, RedisBrokerCore):
+            return conn.write(queue, body)
+        return conn.write(queue, body, dedupe_key=key, dedupe_seconds=self.settings.dedupe_seconds)
 
     def release(self, held: Held, *, counted: bool) -> bool:
         """Make a held copy pending again, or dead-letter it (the script decides)."""
@@ -210,8 +228,8 @@ class RedisStore(Store):
         return found
 
     def ping(self) -> bool:
-        """Return whether the namespace's primary answers PING."""
-        return bool(self.runner.execute(lambda client: client.ping(), idempotent=True))
+        """Return whether the namespace's primary answers PING (one try: ``socket_timeout``)."""
+        return bool(self.runner.execute(lambda client: client.ping()))
 
     def memory_bytes(self) -> int:
         """Return the server's ``used_memory``."""

@@ -143,6 +143,27 @@ class Store(ABC):
     def ack(self, held: Held) -> bool:
         """Consume a held copy; False when it was no longer held."""
 
+    def startable(self, held: Held) -> bool | None:
+        """Return whether a held copy may be started now: True yes, False expired, None lost.
+
+        Asked right before a copy goes to its handler. Redis: False when
+        the lease's known deadline passed by the server's clock (the process
+        was stopped, or cut off, past its lease: hand the copy back
+        unstarted), None when the heartbeat found its token gone (another
+        consumer has it). SQLite: always True (a held copy is this
+        consumer's for as long as the process lives).
+        """
+        return True
+
+    def append(self, queue: str, body: str, key: str | None = None) -> int:
+        """Write ``body`` to ``queue``; return its ID.
+
+        ``key``: an idempotency key (Redis): a second append with it within
+        ``DEDUPE_SECONDS`` stores nothing and returns the first one's ID.
+        SQLite ignores it (a local write never loses its reply).
+        """
+        return self.conn.write(queue, body)
+
     @abstractmethod
     def release(self, held: Held, *, counted: bool) -> bool:
         """Hand a held copy back (or dead-letter it past max deliveries).

@@ -19,15 +19,17 @@ from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
+from simplebroker_redis import OutcomeUnknown
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.types import DeadLetterEntry
 from simplebroker_redis.validation import number_problem, validate_queue_name
 
-from .codec import encode_body
+from .codec import dedupe_key, encode_body
 from .connection import DurableServerKeywords, close_runner, open_runner
 from .deadletters import report_dead_letter
-from .errors import ConfigurationError, LabelError, is_transient
+from .errors import ConfigurationError, LabelError, TaskOutcomeUnknown, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
@@ -98,6 +100,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         task_id_generator: Taskiq's task ID generator.
         shards: Spread the queue over this many namespaces (hash slots, so
             cluster nodes); see :mod:`.shards`. 1: the namespace itself.
+        dedupe_seconds: A kicked task's ID is the write's idempotency key
+            for this long (default 600): a task sent again with the same ID
+            (after ``kiq()`` failed with :class:`~.errors.TaskOutcomeUnknown`,
+            say) is not stored twice. None: no key (one write less per task).
         server: Where to connect (the keywords of
             :class:`~.connection.DurableServerKeywords`, which the result
             backend takes too):
@@ -139,9 +145,18 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
         shards: int = 1,
+        dedupe_seconds: float | None = DEFAULT_DEDUPE_SECONDS,
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
+        if dedupe_seconds is not None and (
+            isinstance(dedupe_seconds, bool)
+            or not isinstance(dedupe_seconds, int | float)
+            or not dedupe_seconds >= 0.001
+        ):
+            raise ConfigurationError("dedupe_seconds must be a number >= 0.001, or None")
+        #: Seconds a kicked task's ID keeps a resend from storing it twice (None: off).
+        self.dedupe_seconds = dedupe_seconds
         self.runner, _ = open_runner(url, server)
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
@@ -229,16 +244,37 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         (0-9) to that queue's priority queue; ``delay`` (seconds) keeps it
         invisible to workers until it is due.
 
+        The task's ID and content are the write's idempotency key
+        (:func:`dedupe_key`, kept ``dedupe_seconds``): the same task sent
+        again within that window is not stored twice.
+
         Raises:
             LabelError: An invalid ``queue_name``, ``priority`` or ``delay``
                 label (checked before, in ``kiq()``, by :class:`_LabelCheck`).
+            TaskOutcomeUnknown: The write was sent but its reply never came
+                (within ``socket_timeout``, 10 s by default): the task may
+                be queued. Taskiq's ``kiq()`` raises ``SendTaskError`` from it.
 
         """
         labels = message.labels
         queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
-        await messages.write(queue, encode_body(message.message), delay_seconds=delay)
+        body = encode_body(message.message)
+        key = None if self.dedupe_seconds is None else dedupe_key(message)
+        try:
+            if key is None:
+                await messages.write(queue, body, delay_seconds=delay)
+            else:
+                await messages.write(
+                    queue,
+                    body,
+                    delay_seconds=delay,
+                    dedupe_key=key,
+                    dedupe_seconds=self.dedupe_seconds or DEFAULT_DEDUPE_SECONDS,
+                )
+        except OutcomeUnknown as exc:
+            raise TaskOutcomeUnknown.of(message.task_id, self.dedupe_seconds, exc) from exc
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop).
@@ -257,6 +293,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 lease_seconds=self.timing.lease_seconds,
                 max_deliveries=self.max_deliveries,
                 ready=self._until_checked,
+                task_id=self._task_id,
             ).messages()
             for runtime in runtimes
         ]
@@ -308,6 +345,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             for runtime in runtimes:
                 attach(runtime)
         return runtimes
+
+    def _task_id(self, data: bytes) -> str:
+        """Return the task ID of a message the JSON fast path could not read."""
+        return str(self.formatter.loads(data).task_id)
 
     def _description(self) -> str:
         """Return what the worker listens on, for its log."""

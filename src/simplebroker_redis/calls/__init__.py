@@ -18,7 +18,7 @@ integration) and :mod:`.operations` (metrics, dashboard, worker beats).
 This package only re-exports them, so every call reads ``calls.<name>(...)``.
 """
 
-from .base import Call
+from .base import Call, new_holder
 from .celery import (
     celery_bind,
     celery_chord_add,
@@ -30,7 +30,16 @@ from .celery import (
     celery_unbind,
 )
 from .journal import dead_letter_ack, dead_letters
-from .leases import commit, recover, release, renew, reserve, reserve_queues, settle
+from .leases import (
+    commit,
+    recover,
+    release,
+    renew,
+    renewal,
+    reserve,
+    reserve_queues,
+    settle,
+)
 from .operations import dead_letter_requeue, depths, inspect, worker_beat
 from .queues import (
     DEFAULT_DEDUPE_SECONDS,
@@ -92,6 +101,7 @@ __all__ = [
     "insert",
     "inspect",
     "key_types",
+    "new_holder",
     "peek",
     "probe_exists",
     "probe_latest",
@@ -101,6 +111,7 @@ __all__ = [
     "release",
     "rename",
     "renew",
+    "renewal",
     "reserve",
     "reserve_queues",
     "resync",
