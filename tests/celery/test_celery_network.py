@@ -11,6 +11,7 @@ package's own handling, not Celery's retry loop.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -201,3 +202,68 @@ def test_a_publish_that_returned_success_stored_its_task_exactly_once(
     close(app)
     wait_for(lambda: settled(proxy, server, baseline), 30, "the held requests to be delivered")
     assert queue_total(server, namespace) == 2  # "warm" and "once", once
+
+
+@pytest.mark.parametrize("lease", [2.0])
+def test_a_worker_stopped_past_its_lease_neither_overwrites_results_nor_starts_stale_tasks(
+    direct, events, start_worker
+):
+    """One of two workers is SIGSTOPped for 3x the lease, then resumed (issue 42).
+
+    The live worker takes its tasks over. The resumed one finishes the
+    tasks it was running, but their late results are refused (fenced): the
+    stored result of every task it lost is the live worker's. The tasks it
+    had prefetched but not started are not started after their leases ran
+    out: Celery's consumer restarts and its pool drops them.
+    """
+    stale = prefork(start_worker, "stale")
+    live = prefork(start_worker, "live")
+    keys = [f"s{i}" for i in range(40)]
+    results = [direct.send_task("whoami", (key, 0.5)) for key in keys]
+    key_of = {result.id: key for result, key in zip(results, keys, strict=True)}
+
+    def stale_is_busy() -> bool:
+        ran = [e for e in read_events(events, "start") if e.words[1].startswith("stale@")]
+        got = [e for e in read_events(events, "received") if e.pid == stale.pid]
+        return len(ran) >= 2 and len(got) >= 4
+
+    wait_for(stale_is_busy, 30, "the stale worker to run and prefetch tasks")
+    stale.signal(signal.SIGSTOP)
+    stopped = time.time()
+    outage(3 * 2.0)
+    stale.signal(signal.SIGCONT)
+    resumed = time.time()
+    stored = [result.get(timeout=60).split() for result in results]
+    assert [row[0] for row in stored] == keys
+    log = read_events(events)
+    done_by = {
+        key: {e.words[1].split("@")[0] for e in log if e.kind == "done" and e.words[0] == key}
+        for key in keys
+    }
+    late = {
+        e.words[0]
+        for e in log
+        if e.kind == "done" and e.words[1].startswith("stale@") and e.at > resumed
+    }
+    assert late, "the stale worker finished no task after it resumed; the test proves too little"
+    for key, (_, hostname, _) in zip(keys, stored, strict=True):
+        if key in late and "live" in done_by[key]:
+            assert hostname.startswith("live@"), f"{key}: the stale worker's late result was stored"
+
+    def received_by_stale(before: float, after: float) -> set[str]:
+        return {
+            key_of[e.words[0]]
+            for e in log
+            if e.kind == "received" and e.pid == stale.pid and after < e.at < before
+        }
+
+    prefetched = received_by_stale(stopped, 0.0)
+    delivered_again = received_by_stale(float("inf"), resumed)  # a new lease: may run
+    started_late = {
+        e.words[0]
+        for e in log
+        if e.kind == "start" and e.words[1].startswith("stale@") and e.at > resumed
+    }
+    assert not (started_late & prefetched) - delivered_again, "started after its lease ran out"
+    assert "taken over by another worker" in stale.output()  # the consumer restarted
+    assert live.alive() and stale.alive()

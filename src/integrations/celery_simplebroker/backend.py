@@ -135,6 +135,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
                 "reserve_limit": plan.limit,
                 "lease_seconds": plan.lease_seconds,
                 "max_deliveries": plan.max_deliveries,
+                "holder": plan.holder,
             }
         call = calls.celery_store(
             self.runner.keys,

@@ -22,6 +22,7 @@ from typing import Any
 from kombu.transport import virtual
 
 from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis.holdings import Standing
 
 from . import publishing
 from .bindings import Declarations
@@ -122,6 +123,28 @@ class Channel(virtual.Channel):
     def can_take_more(self) -> bool:
         """Return True when the prefetch window has room."""
         return bool(self.qos.can_consume())
+
+    def stale_delivered(self) -> dict[str, Standing]:
+        """Return the tokens of delivered, unacknowledged messages whose lease may have run out.
+
+        Each with its standing (``EXPIRED`` or ``LOST``); messages already
+        acknowledged (in kombu's dirty set) or settled by their result's
+        script are left out.
+        """
+        qos = self.qos
+        standing, settled = self.store.holdings.standing, self.store.acks.settled
+        stale: dict[str, Standing] = {}
+        for tag in list(qos._delivered):
+            if tag in qos._dirty:
+                continue
+            try:
+                message = parse_tag(tag)
+            except ValueError:
+                continue
+            found = standing(message[0])
+            if found is not Standing.HELD and not settled(message):
+                stale[message[0]] = found
+        return stale
 
     def buffered(self) -> int:
         """Return how many messages this channel reserved but has not delivered."""

@@ -33,6 +33,18 @@ class UnconfirmedPublish(RuntimeError):
     """
 
 
+class LeasesRanOut(OperationalError):
+    """Tasks Celery holds, delivered but not finished, may have lost their leases.
+
+    The worker was stopped, or cut off from the server, for longer than the
+    lease: another worker may be running those tasks now. Raised in the
+    worker's event loop as a connection error, so that Celery restarts its
+    consumer, which drops the tasks its pool had not started yet (instead of
+    starting them, a second time); the tasks running meanwhile finish, and
+    their results are fenced (:mod:`.fencing`).
+    """
+
+
 class AuthenticationFailed(AccessDenied, redis.AuthenticationError):
     """The server refused the user name or password, or wanted one (a connection error).
 

@@ -33,10 +33,12 @@ from typing import Any, Final, Protocol
 
 from celery import signals
 
+from simplebroker_redis.holdings import Standing
 from simplebroker_redis.types import MultiLease
 
 from .acks import Ahead, Reservation
 from .envelope import Buffered, Tag, reserved_by_token
+from .errors import LeasesRanOut
 from .options import TransportOptions, storage_queue
 from .store import Store
 from .wakeups import Stopping, Wakeups
@@ -50,6 +52,9 @@ MUTE_AFTER: Final[int] = 16
 
 #: Seconds a drain sleeps, delivering nothing, once the worker is shutting down.
 STOPPING_NAP: Final[float] = 0.1
+
+#: Seconds between two checks of the delivered tasks' leases in the event loop.
+LEASE_CHECK: Final[float] = 0.25
 
 #: Messages one turn of the event loop delivers at most, before it polls its
 #: other descriptors (the pool's pipes, timers) again.
@@ -72,6 +77,9 @@ class Consumer(Protocol):
 
     def can_take_more(self) -> bool:
         """Return True when the prefetch window has room."""
+
+    def stale_delivered(self) -> dict[str, Standing]:
+        """Return the tokens of delivered, unacknowledged messages whose lease may have run out."""
 
     def room_ahead(self, acked: Tag) -> int:
         """Return the window's room once the acknowledgements queued (``acked``'s too) are sent."""
@@ -147,6 +155,7 @@ class Poller:
         self._recheck_timer: Any = None
         self._alarm = -1  # the wake-ups' alarm descriptor, while in a loop
         self._closed = False
+        self._next_lease_check = 0.0
         store.outage.on_end = self._outage_ended
         _ALL.add(self)
 
@@ -283,12 +292,49 @@ class Poller:
         """
         if self._closed or self.wakeups.stopping:
             return
+        self._check_leases()
         self._take_signals()
         # No _watch() here: consumer and mute changes set _must_poll, and the
         # alarm's reader subscribes before it polls.
         if self._should_poll():
             self._must_poll = True
             self.wakeups.ring()
+
+    def _check_leases(self) -> None:
+        """Restart Celery's consumer when tasks it holds have lost their leases.
+
+        Every :data:`LEASE_CHECK` seconds, before the loop polls (and so
+        before the prefork pool is handed another task): a worker resumed
+        after a stop longer than the lease (SIGSTOP, a frozen VM, a long
+        pause) finds the leases of the tasks it prefetched past their known
+        deadline on the server's clock, without a round trip. It renews
+        them at once (one round trip); if any was taken over meanwhile,
+        :class:`~.errors.LeasesRanOut` makes Celery restart its consumer,
+        which drops the tasks its pool had not started (another worker runs
+        them now). During an outage nothing can be asked: the heartbeat
+        renews them when the server is back, and this check acts on what it
+        finds lost then.
+        """
+        now = time.monotonic()
+        if now < self._next_lease_check:
+            return
+        self._next_lease_check = now + LEASE_CHECK
+        stale: dict[str, Standing] = {}
+        for channel in list(self._channels()):
+            stale.update(channel.stale_delivered())
+        if not stale:
+            return
+        lost = {token for token, standing in stale.items() if standing is Standing.LOST}
+        expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
+        if expired and not self.store.outage.down:
+            lost |= self.store.renew_now(expired)
+        if lost:
+            raise LeasesRanOut(
+                f"{len(lost)} reservation(s) of tasks delivered to this worker and not finished "
+                "were taken over by another worker (was this worker stopped, or cut off from "
+                "the server, longer than the lease?): restarting the consumer, so that those "
+                "not started yet are not started here"
+            )
 
     def _take_signals(self) -> None:
         """Poll again after a nudge, or a wake-up when the prefetch window has room."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from queue import Empty
 from typing import Any, Final, cast
@@ -30,19 +31,19 @@ from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
-from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.priorities import levels, priority_queue
-from simplebroker_redis.types import LeasedMessage, MultiLease, Settlement
+from simplebroker_redis.types import LeasedMessage, MultiLease
 from simplebroker_redis.validation import validate_message
 
 from . import acks as acks_module
-from .acks import Reservation, ResultAcks, report
+from .acks import Reservation, ResultAcks
 from .envelope import Buffered, Unreadable, claimed_tag, delivery_tag, expired, open_body
 from .errors import unreachable
 from .fencing import HOLDER_FIELD, holder_mark
 from .options import TransportOptions, storage_queue
 from .outage import Outage
-from .settlements import Deferred, Settle
+from .settlements import Settler, deferred_for
 from .staging import stage_for
 
 logger = logging.getLogger("celery_simplebroker")
@@ -71,8 +72,11 @@ class Store:
         self.mark = holder_mark(runner.identity)
         self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
         self._on_beat = on_beat
-        self.deferred = Deferred()
+        self.deferred = deferred_for(runner.identity)
         self.outage = Outage(runner.where)
+        self.settler = Settler(
+            lambda: self.leases, self.holdings, self.acks, self.outage, self.deferred
+        )
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
 
@@ -190,6 +194,7 @@ class Store:
             limit=limit,
             lease_seconds=options.lease_seconds,
             max_deliveries=options.max_deliveries if dead_letter else None,
+            holder=self.holdings.holder,
         )
 
     def reserve(self, queue: str, limit: int) -> list[Buffered]:
@@ -199,21 +204,32 @@ class Store:
         (token, message) pairs in delivery order.
         """
         plan = self.reservation(queue, limit)
+        sent = time.monotonic()
         try:
             with self._polling():
                 reserved = self.leases.reserve_queues(
-                    plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
+                    plan.sources,
+                    plan.limit,
+                    plan.lease_seconds,
+                    max_deliveries=plan.max_deliveries,
+                    holder=plan.holder,
                 )
         except ReplicationTimeout as exc:
             self.hand_back_unconfirmed(exc.result)
             raise
-        return self.hold(reserved)
+        return self.hold(reserved, sent)
 
-    def hold(self, reserved: MultiLease) -> list[Buffered]:
-        """Renew what a reservation took from now on; return its (token, message) pairs."""
+    def hold(self, reserved: MultiLease, sent: float | None = None) -> list[Buffered]:
+        """Renew what a reservation took from now on; return its (token, message) pairs.
+
+        ``sent``: ``time.monotonic()`` before the reservation's request was
+        sent (the server's clock is learned from its reply), if known.
+        """
+        if sent is not None and reserved.messages:
+            self.holdings.clock.observe(reserved.created_ns, sent)
         for lease in reserved.leases:
             if lease.messages:
-                self.holdings.hold(lease.token, len(lease.messages))
+                self.holdings.hold(lease.token, len(lease.messages), lease.deadline_ns)
         if reserved.messages:
             self.start_heartbeat()
             acks_module.hold(self.acks)
@@ -240,6 +256,8 @@ class Store:
         None when it expired (acknowledged, so deleted) or is not a kombu
         message (moved to the dead-letter queue, or ``<queue>.unreadable``).
         """
+        if not self._startable(token, message.id):
+            return None
         tag = delivery_tag(token, message.id)
         try:
             payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
@@ -252,6 +270,55 @@ class Store:
             self.ack(token, message.id)
             return None
         return payload
+
+    def renew_now(self, tokens: list[str]) -> set[str]:
+        """Renew ``tokens`` at once, as the heartbeat does; return those found lost.
+
+        For the event loop, which found their known deadline passed before
+        the heartbeat could renew them (the process was stopped). Nothing is
+        found lost when the server cannot be reached (an outage begins).
+        """
+        lease = self.options.lease_seconds
+        holdings = self.holdings
+        sent = time.monotonic()
+        try:
+            renewal = self.leases.renewal(tokens, lease)
+        except OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            self.outage.begin(exc)
+            return set()
+        holdings.clock.observe(renewal.now_ns, sent)
+        kept = (token for token in tokens if token not in renewal.lost)
+        holdings.renewed(kept, renewal.now_ns + round(lease * 1e9))
+        holdings.drop_lost(renewal.lost)
+        # Lost whether or not the heartbeat dropped them first: they hold
+        # delivered messages, none being acknowledged.
+        return set(renewal.lost) & set(tokens)
+
+    def _startable(self, token: str, message_id: int) -> bool:
+        """Return True when a buffered message's lease still holds: it may be delivered.
+
+        One whose known deadline passed (the process was stopped, or cut off
+        from the server, for longer than the lease) is handed back, its
+        delivery not counted: it never ran. One whose token the heartbeat
+        found lost is another worker's now.
+        """
+        standing = self.holdings.standing(token)
+        if standing is Standing.HELD:
+            return True
+        if standing is Standing.EXPIRED:
+            logger.warning(
+                "message %d is not started: its lease ran out while it waited here; "
+                "it is handed back",
+                message_id,
+            )
+            self.release({token: [message_id]}, undeliver=True)
+        else:
+            logger.warning(
+                "message %d is not started: its lease was lost (another worker has it)", message_id
+            )
+        return False
 
     def claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:
         """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none.
@@ -304,51 +371,14 @@ class Store:
                 removed += leases.ack(lease.token, None, delete=True).settled
         return removed
 
-    # -- settling ----------------------------------------------------------------------------
+    # -- settling (see .settlements) ---------------------------------------------------------
     def ack(self, token: str, message_id: int) -> None:
-        """Delete one reserved message (one round trip; none when its result did it).
-
-        The heartbeat stops renewing it first: once the server settled a
-        token's last message the token is gone, and a renewal racing with
-        this call must not find it still held and report it lost.
-        """
-        confirmed = self.acks.take(token, message_id)
-        if confirmed:
-            return
-        if confirmed is None:
-            self.holdings.let_go(token)
-        send = functools.partial(self.leases.ack, token, [message_id], delete=True)
-        try:
-            settlement = self._settle(Settle(token, message_id, "acknowledgement", send))
-        except ReplicationTimeout as exc:
-            # Celery would log a failed acknowledgement as critical; it happened.
-            logger.warning("message %d acknowledged, not confirmed: %s", message_id, exc)
-            settlement = exc.result
-        if settlement is not None:
-            report(settlement, message_id)
+        """Delete one reserved message (one round trip; none when its result did it)."""
+        self.settler.ack(token, message_id)
 
     def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
-        """Make reserved messages pending again at once, atomically per reservation.
-
-        ``undeliver``: they were never handed to Celery, so the delivery
-        does not count (and they are not marked redelivered).
-        """
-        for token, ids in groups.items():
-            id_list, unheld = self.acks.unsettled(token, list(ids))
-            if not id_list:
-                continue
-            if len(id_list) > unheld:  # before the server drops the token
-                self.holdings.let_go(token, len(id_list) - unheld)
-            try:
-                self.leases.release(token, id_list, undeliver=undeliver)
-            except ReplicationTimeout:
-                pass  # done on the primary, not confirmed by a replica yet
-            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
-                logger.warning(
-                    "could not hand back %d message(s) (%s); they return when their lease expires",
-                    len(id_list),
-                    exc,
-                )
+        """Make reserved messages pending again at once, atomically per reservation."""
+        self.settler.release(groups, undeliver=undeliver)
 
     def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
         """Move a rejected message to the dead-letter queue, or delete it when there is none."""
@@ -357,29 +387,8 @@ class Store:
             target = storage_queue(f"{unreadable}.unreadable")
         if target is None:
             self.ack(token, message_id)
-            return
-        left, unheld = self.acks.unsettled(token, [message_id])
-        if not left:
-            return  # its result's script deleted it already
-        if not unheld:
-            self.holdings.let_go(token)  # before the server drops the token
-        send = functools.partial(self.leases.reject, token, [message_id], target)
-        try:
-            self._settle(Settle(token, message_id, "rejection", send))
-        except ReplicationTimeout as exc:  # moved on the primary, as for ack
-            logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
-
-    def _settle(self, settle: Settle) -> Settlement | None:
-        """Send a settlement now; during an outage defer it (None), see :mod:`.outage`."""
-        if not self.outage.down:
-            try:
-                return settle.send()
-            except OperationalError as exc:
-                if not unreachable(exc):
-                    raise
-                self.outage.begin(exc)
-        self.deferred.defer(settle)
-        return None
+        else:
+            self.settler.dead_letter(token, message_id, target)
 
     @contextlib.contextmanager
     def _polling(self) -> Iterator[None]:

@@ -146,6 +146,7 @@ def celery_store(
     reserve_limit: int = 0,
     lease_seconds: float | None = None,
     max_deliveries: int | None = None,
+    holder: str | None = None,
 ) -> Call[CeleryStored]:
     """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
 
@@ -159,7 +160,9 @@ def celery_store(
 
     With ``ack``, ``reserve_from`` (as :func:`.leases.reserve_queues`'
     ``sources``) also reserves up to ``reserve_limit`` of their pending
-    messages in the same step (``reserved``): the worker's next batch.
+    messages in the same step (``reserved``): the worker's next batch,
+    under tokens naming ``holder`` (its own reservations are spared by the
+    step's recovery, as in :func:`.leases.reserve_queues`).
     """
     if expires_ms is not None:
         _lifetime(expires_ms)
@@ -179,5 +182,5 @@ def celery_store(
     if reserve_from:
         if not ack:
             raise ValueError("reserving with a result needs its acknowledgement")
-        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries)
+        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries, holder)
     return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))

@@ -22,7 +22,8 @@
 --       fenced), 'fence' (store only while ARGV 7 holds ARGV 8) or 'ack'
 --       (the same, and delete that message), 7 reservation token, 8 the
 --       19-digit message ID, then optionally (with 'ack') the reservation's
---       9 token prefix, 10 limit, 11 lease in us ('-1' = never expires), 12
+--       9 token prefix ('<holder>.<random>': the upkeep spares that
+--       holder's tokens), 10 limit, 11 lease in us ('-1' = never expires), 12
 --       max deliveries ('0' = unlimited), and (queue, dead-letter queue or
 --       '') pairs, as ARGV 2.. of reserve_queues.lua.
 -- Returns: {stored, settled, lost}: stored is 1 stored, 0 kept (the task
@@ -76,7 +77,7 @@ if holding ~= '' then
 end
 -- A reservation starts with upkeep, before any plan below reads what it may change.
 local head = nil
-if ahead then head = open_reservation(lease) end
+if ahead then head = open_reservation(lease, ARGV[9]) end
 local stored = 1
 if guard == '1' then
   if current then
