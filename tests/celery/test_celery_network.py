@@ -10,6 +10,7 @@ package's own handling, not Celery's retry loop.
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import time
@@ -140,9 +141,11 @@ def producer(proxy: FaultProxy, namespace: str, events: Path, retries: int) -> A
 
 def close(app: Any) -> None:
     """Close every connection of a producer app (its held requests then reach the server)."""
-    app.pool.force_close_all()  # Celery's close() only forgets its pool
+    app.amqp.producer_pool.force_close_all()  # Celery's close() only forgets its pools
+    app.pool.force_close_all()
     app.close()
     app.backend.runner.shutdown()
+    gc.collect()  # kombu drops the transports of a retried publish without closing them
 
 
 def connected_clients(server: DevServer) -> int:
@@ -267,3 +270,32 @@ def test_a_worker_stopped_past_its_lease_neither_overwrites_results_nor_starts_s
     assert not (started_late & prefetched) - delivered_again, "started after its lease ran out"
     assert "taken over by another worker" in stale.output()  # the consumer restarted
     assert live.alive() and stale.alive()
+
+
+@pytest.mark.parametrize("lease", [2.0])
+def test_a_blackhole_longer_than_the_lease_leaves_no_worker_silent(
+    proxy, direct, events, start_worker
+):
+    """Nothing moves for 4.5x the lease, no connection closed (issue 42, item 5).
+
+    The wake-up subscription notices its silent connection (a PING left
+    unanswered) and reconnects; commands time out instead of waiting for the
+    network. At the heal the worker renews its leases (nobody took them
+    over), finishes what it held and takes new tasks at once.
+    """
+    worker = prefork(start_worker, "w")
+    keys = [f"b{i}" for i in range(24)]
+    results = [direct.send_task("record", (key, 0.2)) for key in keys[:16]]
+    wait_for(lambda: len(finished(events)) >= 4, 30, "the worker to be busy")
+    proxy.blackhole()
+    outage(9.0)  # longer than a subscription's PING check (5 s + 3 s) and the lease
+    healed = time.time()
+    proxy.heal()
+    results += [direct.send_task("record", (key, 0.2)) for key in keys[16:]]
+    assert [result.get(timeout=60) for result in results] == keys
+    resumed = min(event.at for event in read_events(events, "start") if event.at > healed)
+    assert resumed - healed < 2.0, f"took {resumed - healed:.1f} s to resume"
+    assert logged(worker, "half-open")  # the subscription gave its silent connection up
+    assert not logged(worker, "outside body")
+    twice = [key for key, count in starts(events).items() if count > 1]
+    assert not twice, f"ran twice though no other worker could take them: {twice}"
