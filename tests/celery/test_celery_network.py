@@ -299,3 +299,51 @@ def test_a_blackhole_longer_than_the_lease_leaves_no_worker_silent(
     assert not logged(worker, "outside body")
     twice = [key for key, count in starts(events).items() if count > 1]
     assert not twice, f"ran twice though no other worker could take them: {twice}"
+
+
+@pytest.mark.parametrize("lease", [6.0])
+def test_an_acknowledgement_the_outage_held_up_is_sent_once_the_server_answers(
+    proxy, direct, events, start_worker, server, namespace
+):
+    """A task without a result ends in an outage: its acknowledgement is deferred, then sent.
+
+    Celery acknowledges once; the slot is freed at once and the heartbeat
+    sends the acknowledgement after the heal: the task ran once and its
+    message is gone, and the worker goes on taking tasks.
+    """
+    worker = prefork(start_worker, "w")
+    long = direct.send_task("record", ("long", 1.5), ignore_result=True)
+    wait_for(lambda: "long" in starts(events), 30, "the task to start")
+    proxy.reset(refuse=True)
+    wait_for(lambda: "long" in finished(events), 30, "the task to end in the outage")
+    outage(2.0)  # the worker's acknowledgement meets refused connections
+    proxy.heal()
+    wait_for(lambda: logged(worker, "deferred acknowledgement"), 30, "the deferred one to be sent")
+    assert direct.send_task("record", ("next",)).get(timeout=30) == "next"
+    wait_for(lambda: queue_total(server, namespace) == 0, 30, "the queue to be empty")
+    assert starts(events)["long"] == 1
+    assert long.state == "PENDING"  # no result was to be stored
+    assert not logged(worker, "Couldn't ack")
+
+
+@pytest.mark.parametrize("lease", [2.0])
+def test_a_result_the_server_cannot_take_within_the_lease_sends_its_task_back(
+    proxy, direct, events, start_worker
+):
+    """The server refuses connections for longer than the lease while tasks finish.
+
+    Their results' stores are retried for the lease, then their messages
+    are handed back: they run again and store their own result. None is
+    recorded FAILURE ("Exception raised outside body"), none is lost.
+    """
+    worker = prefork(start_worker, "w")
+    keys = [f"r{i}" for i in range(6)]
+    results = [direct.send_task("record", (key, 1.0)) for key in keys]
+    wait_for(lambda: len(starts(events)) >= 2, 30, "tasks to run")
+    proxy.reset(refuse=True)
+    wait_for(lambda: logged(worker, "goes back to the queue"), 30, "a store to give up")
+    proxy.heal()
+    assert [result.get(timeout=60) for result in results] == keys
+    assert all(result.state == "SUCCESS" for result in results)
+    assert not logged(worker, "outside body")
+    assert any(count > 1 for count in starts(events).values())  # handed back, ran again
