@@ -260,6 +260,12 @@ CELERY_LAYERS: dict[str, int] = {
     "metrics": 1,
     "acks": 1,
     "wakeups": 1,
+    # network faults: an outage's state, results fenced by their lease,
+    # idempotent publishes, settlements deferred through an outage
+    "outage": 0,
+    "fencing": 1,
+    "publishing": 1,
+    "settlements": 1,
     # 2: what is done on the server, and its heartbeat
     "store": 2,
     # 3: when to poll

@@ -34,15 +34,23 @@ class UnconfirmedPublish(RuntimeError):
 
 
 class LeasesRanOut(OperationalError):
-    """Tasks Celery holds, delivered but not finished, may have lost their leases.
+    """Tasks Celery holds, delivered but not finished, lost their leases to another worker.
 
     The worker was stopped, or cut off from the server, for longer than the
-    lease: another worker may be running those tasks now. Raised in the
-    worker's event loop as a connection error, so that Celery restarts its
-    consumer, which drops the tasks its pool had not started yet (instead of
-    starting them, a second time); the tasks running meanwhile finish, and
-    their results are fenced (:mod:`.fencing`).
+    lease: another worker runs those tasks now. Raised in the worker's event
+    loop as a connection error, so that Celery restarts its consumer, which
+    drops the tasks its pool had not started yet (instead of starting them
+    a second time); the tasks running meanwhile finish, and their results
+    are fenced (:mod:`.fencing`).
     """
+
+    def __init__(self, lost: int) -> None:
+        super().__init__(
+            f"{lost} reservation(s) of tasks delivered to this worker and not finished were "
+            "taken over by another worker (was this worker stopped, or cut off from the "
+            "server, longer than the lease?): restarting the consumer, so that those not "
+            "started yet are not started here"
+        )
 
 
 class AuthenticationFailed(AccessDenied, redis.AuthenticationError):

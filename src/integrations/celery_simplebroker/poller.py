@@ -301,40 +301,19 @@ class Poller:
             self.wakeups.ring()
 
     def _check_leases(self) -> None:
-        """Restart Celery's consumer when tasks it holds have lost their leases.
+        """Restart Celery's consumer when tasks it holds were taken over (see :mod:`.fencing`).
 
-        Every :data:`LEASE_CHECK` seconds, before the loop polls (and so
-        before the prefork pool is handed another task): a worker resumed
-        after a stop longer than the lease (SIGSTOP, a frozen VM, a long
-        pause) finds the leases of the tasks it prefetched past their known
-        deadline on the server's clock, without a round trip. It renews
-        them at once (one round trip); if any was taken over meanwhile,
-        :class:`~.errors.LeasesRanOut` makes Celery restart its consumer,
-        which drops the tasks its pool had not started (another worker runs
-        them now). During an outage nothing can be asked: the heartbeat
-        renews them when the server is back, and this check acts on what it
-        finds lost then.
+        Every :data:`LEASE_CHECK` s, before the loop polls (so before the
+        prefork pool is handed another task); see ``Store.taken_over``.
         """
         now = time.monotonic()
         if now < self._next_lease_check:
             return
         self._next_lease_check = now + LEASE_CHECK
-        stale: dict[str, Standing] = {}
-        for channel in list(self._channels()):
-            stale.update(channel.stale_delivered())
-        if not stale:
-            return
-        lost = {token for token, standing in stale.items() if standing is Standing.LOST}
-        expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
-        if expired and not self.store.outage.down:
-            lost |= self.store.renew_now(expired)
+        stale = {t: s for c in list(self._channels()) for t, s in c.stale_delivered().items()}
+        lost = self.store.taken_over(stale) if stale else set()
         if lost:
-            raise LeasesRanOut(
-                f"{len(lost)} reservation(s) of tasks delivered to this worker and not finished "
-                "were taken over by another worker (was this worker stopped, or cut off from "
-                "the server, longer than the lease?): restarting the consumer, so that those "
-                "not started yet are not started here"
-            )
+            raise LeasesRanOut(len(lost))
 
     def _take_signals(self) -> None:
         """Poll again after a nudge, or a wake-up when the prefetch window has room."""

@@ -271,13 +271,24 @@ class Store:
             return None
         return payload
 
-    def renew_now(self, tokens: list[str]) -> set[str]:
-        """Renew ``tokens`` at once, as the heartbeat does; return those found lost.
+    def taken_over(self, stale: Mapping[str, Standing]) -> set[str]:
+        """Return the tokens of delivered tasks that another worker holds now.
 
-        For the event loop, which found their known deadline passed before
-        the heartbeat could renew them (the process was stopped). Nothing is
-        found lost when the server cannot be reached (an outage begins).
+        ``stale``: tokens the event loop found not ``HELD``. ``LOST`` ones
+        are; those past their known deadline (``EXPIRED``: the process was
+        stopped, or cut off, longer than the lease) are renewed at once
+        (one round trip), and those the server no longer knows are too.
+        During an outage nothing can be asked: the heartbeat renews them
+        when the server answers, and a later check finds what was lost.
         """
+        lost = {token for token, standing in stale.items() if standing is Standing.LOST}
+        expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
+        if expired and not self.outage.down:
+            lost |= self._renew_now(expired)
+        return lost
+
+    def _renew_now(self, tokens: list[str]) -> set[str]:
+        """Renew ``tokens`` at once, as the heartbeat does; return those found lost."""
         lease = self.options.lease_seconds
         holdings = self.holdings
         sent = time.monotonic()
