@@ -346,6 +346,26 @@ def _unreachable(exc: BaseException, where: str, changing: bool) -> OperationalE
     )
 
 
+def transient(exc: BaseException) -> bool:
+    """Return whether a later attempt may succeed: the server was unreachable, busy, or silent.
+
+    True for a retryable ``OperationalError`` and for a transport failure
+    (``OutcomeUnknown`` included: repeat only what is safe to repeat);
+    never for a refusal no retry can fix (``AccessDenied``).
+    """
+    if isinstance(exc, AccessDenied | rx.AuthenticationError):
+        return False
+    if isinstance(exc, OutcomeUnknown):
+        return True
+    if isinstance(exc, OperationalError):
+        if exc.retryable:
+            return True
+        exc = exc.__cause__ if exc.__cause__ is not None else exc
+        if isinstance(exc, rx.AuthenticationError):
+            return False
+    return isinstance(exc, rx.ConnectionError | rx.TimeoutError | OSError)
+
+
 def translate(exc: BaseException, where: str, *, changing: bool = False) -> BaseException:
     """Return the SimpleBroker exception for a redis-py exception.
 

@@ -46,7 +46,7 @@ class OrderPlaced:
 
 def record(handler: str, event: Any, what: str) -> None:
     """Append one line to the log (O_APPEND: lines of several processes never mix)."""
-    line = {"h": handler, "id": event.order_id, "pid": os.getpid(), "what": what}
+    line = {"h": handler, "id": event.order_id, "pid": os.getpid(), "what": what, "at": time.time()}
     append_line(os.environ["PBK_LOG"], json.dumps(line))
 
 
