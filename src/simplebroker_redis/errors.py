@@ -339,7 +339,8 @@ def _unreachable(exc: BaseException, where: str, changing: bool) -> OperationalE
         return OutcomeUnknown(
             f"no reply from Redis at {where} to a change that was sent "
             f"({type(exc).__name__}: {exc}): its outcome is unknown; it may have been "
-            "applied, or may still be when the network delivers it late"
+            "applied (a write's message may have been stored), or may still be when the "
+            "network delivers the request late"
         )
     return _operational(
         f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}", retryable=not_sent
