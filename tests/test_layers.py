@@ -279,9 +279,11 @@ CELERY_LAYERS: dict[str, int] = {
 }
 
 TASKIQ_LAYERS: dict[str, int] = {
-    # 0: errors, message bodies, the optional middlewares (metrics, tracing)
+    # 0: errors, message bodies, which reservation holds each task, the
+    # optional middlewares (metrics, tracing)
     "errors": 0,
     "codec": 0,
+    "deliveries": 0,
     "metrics": 0,
     "tracing": 0,
     # 1: where a runner connects, routing, shards, the server's eviction

@@ -107,7 +107,7 @@ def test_queue_write_without_a_key_says_it_may_have_been_stored(
         queue = Queue("jobs", db_path=runner.broker_target, runner=runner)
         queue.write("warm-up")
         proxy.blackhole("to_client")
-        with pytest.raises(OutcomeUnknown, match="may have been applied"):
+        with pytest.raises(OutcomeUnknown, match="message may have been stored"):
             queue.write("task")
     finally:
         proxy.heal()

@@ -339,11 +339,32 @@ def _unreachable(exc: BaseException, where: str, changing: bool) -> OperationalE
         return OutcomeUnknown(
             f"no reply from Redis at {where} to a change that was sent "
             f"({type(exc).__name__}: {exc}): its outcome is unknown; it may have been "
-            "applied, or may still be when the network delivers it late"
+            "applied (a write's message may have been stored), or may still be when the "
+            "network delivers the request late"
         )
     return _operational(
         f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}", retryable=not_sent
     )
+
+
+def transient(exc: BaseException) -> bool:
+    """Return whether a later attempt may succeed: the server was unreachable, busy, or silent.
+
+    True for a retryable ``OperationalError`` and for a transport failure
+    (``OutcomeUnknown`` included: repeat only what is safe to repeat);
+    never for a refusal no retry can fix (``AccessDenied``).
+    """
+    if isinstance(exc, AccessDenied | rx.AuthenticationError):
+        return False
+    if isinstance(exc, OutcomeUnknown):
+        return True
+    if isinstance(exc, OperationalError):
+        if exc.retryable:
+            return True
+        exc = exc.__cause__ if exc.__cause__ is not None else exc
+        if isinstance(exc, rx.AuthenticationError):
+            return False
+    return isinstance(exc, rx.ConnectionError | rx.TimeoutError | OSError)
 
 
 def translate(exc: BaseException, where: str, *, changing: bool = False) -> BaseException:

@@ -28,12 +28,14 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls
+from simplebroker_redis import Lease, Leases, OutcomeUnknown, ReplicationTimeout, calls
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.errors import transient
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.integration import Target
+from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
 
 from .config import Settings
 from .names import Layout, Parsed
@@ -43,6 +45,9 @@ logger = logging.getLogger("protean_simplebroker")
 
 #: Seconds between reads of the dead-letter journal (in the heartbeat thread).
 REPORT_SECONDS: Final[float] = 5.0
+
+#: Seconds an acknowledgement is retried while the server cannot be reached.
+ACK_RETRY_SECONDS: Final[float] = 120.0
 
 
 class RedisStore(Store):
@@ -110,14 +115,39 @@ class RedisStore(Store):
             self.leases.release(token, undeliver=True)
 
     def ack(self, held: Held) -> bool:
-        """Delete a held copy (one script); False when its lease was lost."""
-        # Any other error leaves the copy held (and renewed): the caller may retry.
-        try:
-            settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
-        except ReplicationTimeout as exc:
-            logger.warning("acknowledgement not confirmed by a replica: %s", exc)
-            settled = 1
+        """Delete a held copy (one script); False when its lease was lost.
+
+        A server that cannot be reached is retried (backoff up to 2 s) for
+        up to ``ACK_RETRY_SECONDS``, the copy held and renewed meanwhile:
+        Protean does not retry an acknowledgement, and a copy left held
+        would never be settled. A try whose reply was lost may have settled
+        it: a repeat that finds it gone counts as done. Past that time the
+        error is raised and the copy stays held (the caller may retry).
+        """
+        deadline = time.monotonic() + ACK_RETRY_SECONDS
+        delay, unsure = BACKOFF_MIN, False
+        while True:
+            try:
+                settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
+                break
+            except ReplicationTimeout as exc:
+                logger.warning("acknowledgement not confirmed by a replica: %s", exc)
+                settled = 1
+                break
+            except Exception as exc:
+                if not transient(exc) or self.stop.is_set() or time.monotonic() > deadline:
+                    raise
+                if delay == BACKOFF_MIN:
+                    logger.warning(
+                        "acknowledging message %s failed, retrying: %s", held.copy_id, exc
+                    )
+                unsure = unsure or isinstance(exc, OutcomeUnknown)
+                self.stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
         self.holdings.let_go(held.handle)
+        if settled == 0 and unsure:
+            logger.info("message %s was acknowledged by a try whose reply was lost", held.copy_id)
+            return True
         return settled == 1
 
     def startable(self, held: Held) -> bool | None:

@@ -21,6 +21,7 @@ from .errors import (
     ResultIsMissingError,
     ScheduleError,
     SimpleBrokerTaskiqError,
+    TaskOutcomeUnknown,
 )
 from .result_backend import SimpleBrokerResultBackend
 from .routing import DEFAULT_QUEUE
@@ -42,6 +43,7 @@ __all__ = [
     "SimpleBrokerScheduleSource",
     "SimpleBrokerTaskiqBroker",
     "SimpleBrokerTaskiqError",
+    "TaskOutcomeUnknown",
     "decode_body",
     "encode_body",
 ]

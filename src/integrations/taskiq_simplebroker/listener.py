@@ -31,7 +31,7 @@ reserved but did not yield back at once, with their delivery count
 restored. A reservation interrupted by cancellation is completed and handed
 back too, so cancellation never strands a message until its lease expires.
 Transient storage errors (server restarting, timeouts) are retried with
-exponential backoff from 100 ms to 5 s; anything else propagates. A worker
+exponential backoff from 100 ms to 2 s; anything else propagates. A worker
 whose server did not answer at start-up (the broker logged that once)
 waits here for it before it subscribes, reserves or starts its heartbeat.
 """
