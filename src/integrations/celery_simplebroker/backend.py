@@ -212,7 +212,11 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         key, value = self.get_key_for_task(task_id), self.encode(meta)
         holder = self._holder(request) if state == states.SUCCESS else None
         fence = holder[1] if holder is not None else fence_of(self.app, request, self.mark)
-        retry = Retry(f"the {state} of task {task_id}", self.retry_window, fenced=fence is not None)
+        # Handed back when the store gives up: only from a prefork pool process. Where
+        # this process holds the message (solo, threads, gevent) a Reject raised from
+        # the task's run would reach Celery's consumer, not the message.
+        requeue = fence is not None and holder_of(fence[0], self.runner.identity) is None
+        retry = Retry(f"the {state} of task {task_id}", self.retry_window, requeue=requeue)
 
         def attempt(first: bool) -> CeleryStored:
             # A retry reserves nothing ahead: the first try may have reserved already.

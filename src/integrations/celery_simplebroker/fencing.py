@@ -14,9 +14,12 @@ Because a fenced write can never overwrite a newer one, it is safe to
 send again. A store that cannot reach the server is retried for up to the
 lease (:class:`Retry`), so a short outage does not turn a task whose body
 ran into "Exception raised outside body" and a FAILURE. If the server is
-still out of reach after that, the message is handed back
-(``Reject(requeue=True)``): the task runs again and its result is the
-task's own, rather than an error about the network.
+still out of reach after that, a prefork pool process hands the message
+back (``Reject(requeue=True)``): the task runs again and its result is the
+task's own, rather than an error about the network. (In a solo, threads,
+gevent or eventlet worker the process running the task holds the message
+itself, and a ``Reject`` raised there would reach Celery's consumer: the
+error is raised as before.)
 """
 
 from __future__ import annotations
@@ -86,10 +89,10 @@ def in_trace(app: Any, request: Any) -> bool:
 class Retry:
     """Tries of one result's store, for up to ``window`` seconds of failures to reach the server."""
 
-    def __init__(self, what: str, window: float, *, fenced: bool) -> None:
+    def __init__(self, what: str, window: float, *, requeue: bool) -> None:
         self.what = what
         self.window = window
-        self.fenced = fenced
+        self.requeue = requeue
         self._deadline: float | None = None
         self._pause = RETRY_PAUSE[0]
 
@@ -97,9 +100,10 @@ class Retry:
         """Return ``attempt(first)``, tried again while the server cannot be reached.
 
         Raises:
-            Reject: Still unreachable after ``window`` s, for a fenced
-                result: its message goes back to the queue (requeued).
-            OperationalError: The same, for a result that is not fenced.
+            Reject: Still unreachable after ``window`` s, with ``requeue``
+                (a fenced result, in a prefork pool process): its message
+                goes back to the queue.
+            OperationalError: The same, without ``requeue``.
 
         """
         first = True
@@ -120,7 +124,7 @@ class Retry:
                 "storing %s failed (%s); retrying for up to %.0f s", self.what, exc, self.window
             )
         if now >= self._deadline:
-            if self.fenced:
+            if self.requeue:
                 logger.error(
                     "storing %s failed for %.0f s (%s): its message goes back to the queue, "
                     "so the task runs again and stores its own result",
