@@ -74,15 +74,6 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         note(log, "done", key, self.request.hostname)
         return key
 
-    @app.task(shared=False, name="whoami", bind=True)
-    def whoami(self: Any, key: str, seconds: float = 0.0) -> str:
-        """``record``, returning who ran it: ``<key> <hostname> <pid>``."""
-        note(log, "start", key, self.request.hostname)
-        if seconds:
-            time.sleep(seconds)
-        note(log, "done", key, self.request.hostname)
-        return f"{key} {self.request.hostname} {os.getpid()}"
-
     @app.task(shared=False, name="flaky", bind=True, max_retries=5)
     def flaky(self: Any, key: str, failures: int, countdown: float) -> str:
         note(log, "try", key, self.request.retries)
@@ -121,6 +112,15 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         note(log, "start", key)
         time.sleep(seconds)
         return key
+
+    @app.task(shared=False, name="whoami", bind=True)
+    def whoami(self: Any, key: str, seconds: float = 0.0) -> str:
+        """``record``, returning who ran it: ``<key> <hostname> <pid>``."""
+        note(log, "start", key, self.request.hostname)
+        if seconds:
+            time.sleep(seconds)
+        note(log, "done", key, self.request.hostname)
+        return f"{key} {self.request.hostname} {os.getpid()}"
 
 
 def _signal_event(*words: object) -> None:
