@@ -38,6 +38,7 @@ from .errors import UnconfirmedPublish
 from .options import storage_queue
 from .poller import Poller
 from .store import Store
+from .taskformat import task_headers
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -126,7 +127,7 @@ class Channel(virtual.Channel):
         """
         storage = self.store.level_of(storage_queue(queue), self._get_message_priority(message))
         with _unconfirmed_is_final():
-            self.store.write(storage, seal(message))
+            self.store.write(storage, seal(message), task_headers(message))
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
