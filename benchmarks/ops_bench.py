@@ -1,5 +1,8 @@
 """Operations benchmarks: what the script counters cost, and a scrape of 10,000 queues.
 
+(The task index's and the task statistics' costs: ``tasks_bench``, run in
+the same section.)
+
 Counter cost: the same operations (``write``, ``reserve`` + ``ack``,
 ``claim``) run with the shipped scripts and with a build whose
 ``lib/counters.lua`` does nothing (a library of its own on the server: its
@@ -50,15 +53,19 @@ NO_COUNTERS = (
 )
 
 
-def _two_libraries() -> tuple[str, str, str]:
-    """Return (shipped prefix, emptied prefix, emptied library text)."""
+def _two_libraries(module: str = "counters", text: str = NO_COUNTERS) -> tuple[str, str, str]:
+    """Return (shipped prefix, emptied prefix, emptied library text).
+
+    The emptied library is the shipped one with ``lua/lib/<module>.lua``
+    replaced by ``text`` (the same functions, doing nothing).
+    """
     from simplebroker_redis import scripts
 
     shipped = scripts._library()
     original = scripts.module_source
 
     def emptied(name: str) -> str:
-        return NO_COUNTERS if name == "counters" else original(name)
+        return text if name == module else original(name)
 
     scripts.module_source = emptied  # type: ignore[assignment]
     try:
@@ -283,7 +290,10 @@ def run_section(
     server: Server, *, reps: int, quick: bool, progress: Any, emit: Any
 ) -> dict[str, Any]:
     """Run both parts; emit their figures."""
+    import tasks_bench  # noqa: PLC0415 - it imports this module
+
     result = {"counters": counter_cost(server, reps=reps, quick=quick, progress=progress)}
+    result["tasks"] = tasks_bench.run_section(server, reps=reps, quick=quick, progress=progress)
     result["scrape"] = scrape(server, sizes=(1000,) if quick else (1000, 10000))
     emit({"kind": "ops", **result})
     return result
@@ -291,7 +301,7 @@ def run_section(
 
 def plan_units(reps: int) -> int:
     """Return the progress units of the section (one per child run)."""
-    return reps
+    return 2 * reps
 
 
 def report(result: dict[str, Any]) -> str:
@@ -351,6 +361,10 @@ def report(result: dict[str, Any]) -> str:
         ]
         for s in result["scrape"].values()
     ]
+    if "tasks" in result:
+        import tasks_bench  # noqa: PLC0415 - it imports this module
+
+        text += "\n\n" + tasks_bench.report(result["tasks"])
     text += "\n\nScrape: read_namespace (depths.lua), median of 5\n\n"
     text += render_table(
         ["queues", "page size", "round trips", "wall ms", "server ms"], scrape_rows

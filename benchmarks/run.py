@@ -3,7 +3,8 @@
 Sections: ``backend`` (parts ``ops``, ``leases``, ``keep_newest``, ``watcher``,
 ``multiprocess``), ``taskiq``, ``celery``, ``topology`` (cluster client vs
 single server, Taskiq shards on a 3-primary cluster), ``operations`` (what
-the script counters cost per operation, a scrape of 10,000 queues) and
+the script counters, the task index and the task statistics cost per
+operation or task, a scrape of 10,000 queues) and
 ``protean`` (the Protean provider vs Protean's redis and inline providers).
 ``--only`` takes a comma-separated list of sections or backend parts. Each
 section gets its own throwaway server.

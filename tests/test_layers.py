@@ -37,10 +37,13 @@ LAYERS: dict[str, int] = {
     "targets": 0,
     "target_query": 0,
     "validation": 0,
+    "queue_names": 0,
     "priorities": 0,
     "ids": 0,
     "scripts": 0,
+    "scripts.__main__": 0,
     "errors": 0,
+    "tlsprobe": 0,
     "retry": 0,
     "types": 0,
     "calls": 0,
@@ -51,6 +54,8 @@ LAYERS: dict[str, int] = {
     "calls.schedules": 0,
     "calls.celery": 0,
     "calls.operations": 0,
+    "calls.tasks": 0,
+    "taskrecord": 0,
     "devserver": 0,
     "devserver._server": 0,
     "devserver._node": 0,
@@ -87,6 +92,10 @@ LAYERS: dict[str, int] = {
     "integration": 3,  # what the framework integrations share
     "observe": 3,
     "workers": 3,
+    "tasks": 3,  # the task index, statistics and formats
+    "tasks.formats": 0,
+    "tasks.stats": 3,
+    "tasks.summary": 0,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -103,6 +112,9 @@ LAYERS: dict[str, int] = {
     "dashboard": 5,
     "dashboard.app": 5,
     "dashboard.live": 5,
+    "dashboard.access": 5,
+    "dashboard.actions": 5,
+    "dashboard.tasks": 5,
     "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__
@@ -251,6 +263,7 @@ CELERY_LAYERS: dict[str, int] = {
     "bindings": 0,
     "tracing": 0,  # trace context in message headers (optional OpenTelemetry)
     "entries": 0,  # stored result values, their wake-up channels
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
     # 1: registries, wake-ups, the app's URL checks, worker metrics (Celery signals),
     # the channel order, result waiting and chords
     "cycle": 1,
@@ -258,6 +271,7 @@ CELERY_LAYERS: dict[str, int] = {
     "chords": 1,
     "urls": 1,
     "metrics": 1,
+    "taskstats": 1,  # runs counted per task name (Celery signals)
     "acks": 1,
     "wakeups": 1,
     # network faults: an outage's state, results fenced by their lease,
@@ -279,13 +293,16 @@ CELERY_LAYERS: dict[str, int] = {
 }
 
 TASKIQ_LAYERS: dict[str, int] = {
-    # 0: errors, message bodies, which reservation holds each task, the
-    # optional middlewares (metrics, tracing)
+    # 0: errors, message bodies and their size check, which reservation holds
+    # each task, the optional middlewares (metrics, tracing)
     "errors": 0,
     "codec": 0,
+    "sizing": 0,
     "deliveries": 0,
     "metrics": 0,
     "tracing": 0,
+    "taskformat": 0,  # how the dashboard reads stored tasks and results
+    "taskstats": 0,  # tasks sent and runs finished, per task name
     # 1: where a runner connects, routing, shards, the server's eviction
     # policy, the commit batcher, the dead-letter watch
     "connection": 1,
@@ -293,6 +310,7 @@ TASKIQ_LAYERS: dict[str, int] = {
     "shards": 1,
     "eviction": 1,
     "commit": 1,
+    "sending": 1,
     "deadletters": 1,
     # 2: a worker's per-process state; 3: its listener
     "runtime": 2,
@@ -310,6 +328,7 @@ PROTEAN_LAYERS: dict[str, int] = {
     "names": 0,
     "messages": 0,
     "liveness": 0,
+    "taskformat": 0,  # how the dashboard reads stored messages
     # 1: the broker table's settings, recorded failures
     "config": 1,
     "failures": 1,

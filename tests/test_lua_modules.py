@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from simplebroker.ext import OperationalError
 
+import simplebroker_redis
 from simplebroker_redis import scripts
 from simplebroker_redis.calls import Call
 from simplebroker_redis.errors import SCRIPT_ERRORS, script_error, translate
 from simplebroker_redis.keys import FIXED_KEYS, ID_WIDTH, MAGIC, MAX_ID, SCHEMA_VERSION, Keyspace
 from support.luakeys import tokenize
 
-LUA = Path(scripts.__file__).parent / "lua"
+LUA = Path(simplebroker_redis.__file__).parent / "lua"
 MODULES = sorted(path.stem for path in (LUA / "lib").glob("*.lua"))
 
 _DEFINITION = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)

@@ -86,6 +86,7 @@ def test_the_library_holds_one_function_per_operation(broker, raw):
         *("peek", "stats", "probe_exists", "probe_pending", "probe_latest", "find"),
         *("dead_letters", "schedule_list"),
         *("depths", "inspect"),
+        *("task_find", "running", "task_stats_read"),
     }
 
 

@@ -14,6 +14,7 @@ from .core import RedisBrokerCore
 from .errors import (
     AccessDenied,
     OutcomeUnknown,
+    Rejected,
     ReplicationTimeout,
     ReservationConflict,
     ReservationLost,
@@ -51,6 +52,7 @@ __all__ = [
     "RedisBackendPlugin",
     "RedisBrokerCore",
     "RedisRunner",
+    "Rejected",
     "ReplicationTimeout",
     "ReservationConflict",
     "ReservationLost",

@@ -10,7 +10,8 @@ SimpleBroker opens a connection for a ``Queue`` (and the ``broker`` CLI's
 ``write``), it retries *any* failure three times, sleeping 2 s and 4 s, and
 does not read ``OperationalError.retryable``: a wrong password took 6 s to
 report. The guard lets this backend's errors that no retry can fix
-(:class:`~simplebroker_redis.errors.AccessDenied`, an invalid target) leave
+(:class:`~simplebroker_redis.errors.AccessDenied`, the server's answer
+:class:`~simplebroker_redis.errors.Rejected`, an invalid target) leave
 that loop at once; every other failure (a server not reachable yet) is
 retried exactly as before, and other backends' errors are untouched.
 """
@@ -37,13 +38,13 @@ from simplebroker._selection import validate_selection_order
 from simplebroker._timestamp import validate_timestamp_bound
 from simplebroker.db import _ALIAS_SHADOW_WARNING_SUPPRESSED, _AliasShadowsQueueWarning
 
-from .errors import AccessDenied
+from .errors import AccessDenied, Rejected
 from .targets import InvalidTarget
 
 T = TypeVar("T")
 
 #: Errors of this backend that SimpleBroker's connection retry gives up on at once.
-_PERMANENT: tuple[type[BaseException], ...] = (AccessDenied, InvalidTarget)
+_PERMANENT: tuple[type[BaseException], ...] = (AccessDenied, Rejected, InvalidTarget)
 
 
 class _AliasShadowWarning:

@@ -27,6 +27,7 @@ from simplebroker.ext import (
 
 from .keys import SCHEMA_VERSION
 from .scripts import locate
+from .tlsprobe import plain_text_port
 
 # Pipelines prefix the server's reply ("Command # 2 (ZCARD ...) ...: WRONGTYPE").
 _WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
@@ -84,6 +85,17 @@ class AccessDenied(OperationalError):
     that failed (certificate verification, a plain port), TLS files that
     cannot be read. Never retryable: SimpleBroker's connection loop and the
     Taskiq and Celery start-ups give up at once instead of waiting.
+    """
+
+    retryable = False
+
+
+class Rejected(OperationalError):
+    """The server answered a command with an error no retry changes.
+
+    An answer, not an outage (``DB index is out of range``, ``MISCONF``...):
+    SimpleBroker's connection loop gives up at once, as for
+    :class:`AccessDenied`. Not retryable.
     """
 
     retryable = False
@@ -271,6 +283,30 @@ def _located(text: str) -> str:
     return _USER_SCRIPT_RE.sub(swap, text)
 
 
+#: What to do when the Functions library is missing and the user may not load it.
+LOAD_LIBRARY_HINT: Final[str] = (
+    " (the Functions library is not loaded on this server, and this user may not load "
+    "it: an administrator loads it once per server with `python -m "
+    "simplebroker_redis.scripts load redis://ADMIN:PASSWORD@HOST:PORT/DB`, see the "
+    "README's Least-privilege ACL; or set backend option scripting = 'eval' and grant "
+    "+evalsha +script|load)"
+)
+
+
+def _permission_hint(text: str) -> str:
+    """Return what to do about a denial of the commands that run the scripts ('' for others)."""
+    if "'function|load'" in text:
+        return LOAD_LIBRARY_HINT
+    if "'fcall'" in text or "'function" in text:
+        return (
+            " (grant +fcall; or set backend option scripting = 'eval' and grant "
+            "+evalsha +script|load)"
+        )
+    if "'evalsha'" in text or "'script|load'" in text:
+        return " (with scripting = 'eval', grant +evalsha +script|load)"
+    return ""
+
+
 def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
     match = _SCRIPT_ERROR_RE.match(str(exc))
     if match:
@@ -291,14 +327,14 @@ def _translate_response(exc: rx.ResponseError, where: str) -> BaseException:
             retryable=True,
         )
     if isinstance(exc, rx.NoPermissionError) or text.startswith("NOPERM"):
-        hint = ""
-        if "'function" in text or "'fcall'" in text:
-            hint = (
-                " (grant +fcall +function|load, or set backend option scripting = 'eval' "
-                "to run scripts with EVALSHA)"
-            )
-        return AccessDenied(f"Redis at {where} denied access: {text}{hint}")
-    return _operational(f"Redis at {where} rejected a command: {text}", retryable=False)
+        return AccessDenied(f"Redis at {where} denied access: {text}{_permission_hint(text)}")
+    hint = ""
+    if "DB index is out of range" in text:
+        hint = (
+            " (the URL's database number is beyond the server's 'databases' setting, "
+            "16 by default: use 0-15)"
+        )
+    return Rejected(f"Redis at {where} rejected a command: {text}{hint}")
 
 
 _TLS_DROPS: Final = (
@@ -367,6 +403,27 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, rx.ConnectionError | rx.TimeoutError | OSError)
 
 
+def _tls_refusal(exc: BaseException, where: str) -> AccessDenied | None:
+    """Return the refusal of a connection that failed in TLS, else None (see ``AccessDenied``).
+
+    A plain-text port behind a ``rediss://`` URL (asked once, :mod:`.tlsprobe`),
+    a failed verification, TLS files that cannot be read.
+    """
+    if not isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
+        return None
+    plain = plain_text_port(exc)
+    if plain is not None:
+        return AccessDenied(
+            f"cannot reach Redis at {where}: TLS mismatch: {plain} answers in plain text, "
+            "not TLS; use redis:// for this port, or rediss:// with the server's TLS port "
+            f"(its tls-port): {type(exc).__name__}: {exc}"
+        )
+    tls = _tls_failed(exc)
+    if tls is not None:
+        return AccessDenied(f"cannot reach Redis at {where}: {tls}: {type(exc).__name__}: {exc}")
+    return None
+
+
 def translate(exc: BaseException, where: str, *, changing: bool = False) -> BaseException:
     """Return the SimpleBroker exception for a redis-py exception.
 
@@ -402,9 +459,9 @@ def translate(exc: BaseException, where: str, *, changing: bool = False) -> Base
         )
         error._connection_capacity = True
         return error
-    tls = _tls_failed(exc) if isinstance(exc, (rx.ConnectionError, OSError)) else None
-    if tls is not None:
-        return AccessDenied(f"cannot reach Redis at {where}: {tls}: {type(exc).__name__}: {exc}")
+    refused = _tls_refusal(exc, where)
+    if refused is not None:
+        return refused
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
         return _unreachable(exc, where, changing)
     if isinstance(exc, rx.RedisError):

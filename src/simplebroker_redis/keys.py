@@ -66,6 +66,10 @@ FIXED_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("schedule_claims", "hash"),
     ("workers", "hash"),
     ("counters", "hash"),
+    ("tasks", "hash"),
+    ("task_minutes", "zset"),
+    ("task_stats", "hash"),
+    ("task_totals", "hash"),
     ("schedules", "hash"),
 )
 
@@ -128,6 +132,10 @@ class Keyspace:
     schedule_claims: str  #: hash: "<schedule id> <run>" -> claimed, not yet sent (Taskiq)
     workers: str  #: hash: worker id -> "<beat µs> <JSON record>" (heartbeats)
     counters: str  #: hash: "<queue> <event>" -> messages counted by the scripts
+    tasks: str  #: hash: the task index, "k:<framework>:<task id>" <-> "i:<message id>"
+    task_minutes: str  #: zset: "<minute> <task name>" -> minute, for retention
+    task_stats: str  #: hash: "<minute> <task name>" -> that minute's task record
+    task_totals: str  #: hash: task name -> its task record since the namespace began
     schedules: str  #: hash: schedule id -> JSON schedule (Taskiq)
     wake_prefix: str  #: Pub/Sub channel prefix; append a queue name
 

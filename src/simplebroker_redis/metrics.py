@@ -16,6 +16,14 @@ the counters the scripts keep. What a scrape serves:
 - per queue, counters kept by the scripts themselves:
   ``simplebroker_messages_total{event=enqueued|delivered|acknowledged|
   released|recovered|dead_lettered}``;
+- per task name (the task statistics the integrations keep, see
+  :mod:`.tasks.stats`; one more round trip): ``simplebroker_tasks_total{task,
+  event=enqueued|done|failed|retried}``, the execution-time histogram
+  ``simplebroker_task_duration_seconds{task}`` and its recent percentiles
+  ``simplebroker_task_duration_recent_seconds{task, quantile}`` (the last
+  5 minutes). Task-name labels are bounded: the ``--max-task-names``
+  busiest names (50 by default) have their own, the rest are added up
+  under ``task="other"``;
 - ``simplebroker_up`` (0 when the server could not be read, the rest
   omitted) and ``simplebroker_scrape_seconds``.
 """
@@ -29,9 +37,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from .calls.tasks import task_stats_read
 from .observe import NamespaceState, read_namespace, sync_runner
 from .opscli import log_to_stderr, tool_parser, tool_target
 from .runner import RedisRunner
+from .taskrecord import EVENTS, TaskRecord, bucket_upper
+from .tasks.summary import QUANTILES, by_name, top, totals
 
 logger = logging.getLogger("simplebroker_redis.metrics")
 
@@ -39,6 +50,19 @@ logger = logging.getLogger("simplebroker_redis.metrics")
 DEFAULT_PORT: Final[int] = 9808
 
 STATES: Final[tuple[str, ...]] = ("pending", "reserved", "delayed", "claimed")
+
+#: Task names with labels of their own, by default (the rest: ``task="other"``).
+DEFAULT_MAX_TASK_NAMES: Final[int] = 50
+
+#: Minutes the recent percentiles cover.
+RECENT_MINUTES: Final[int] = 5
+
+#: The execution-time histogram's bucket bounds (seconds), Prometheus's usual ones
+#: and longer: each run counts in the first bound at or above its recorded bucket's.
+DURATION_BOUNDS: Final[tuple[float, ...]] = (
+    *(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0),
+)
 
 
 def _require_prometheus() -> Any:
@@ -64,11 +88,17 @@ class NamespaceCollector:
     """
 
     def __init__(
-        self, runner: RedisRunner, *, page_size: int = 0, dead_letter_queues: Iterable[str] = ()
+        self,
+        runner: RedisRunner,
+        *,
+        page_size: int = 0,
+        dead_letter_queues: Iterable[str] = (),
+        max_task_names: int = DEFAULT_MAX_TASK_NAMES,
     ) -> None:
         self._runner = runner
         self._page_size = page_size
         self._dead = tuple(dead_letter_queues)
+        self._max_names = max_task_names
         self.last: NamespaceState | None = None  #: the last reading (tests, the CLI's log)
 
     def describe(self) -> list[Any]:
@@ -133,6 +163,10 @@ class NamespaceCollector:
         for (queue, event), value in sorted(state.counters.items()):
             total.add_metric([ns, queue, event], value)
         yield total
+        try:
+            yield from self._task_metrics(ns, state.now_us // 60_000_000)
+        except Exception as exc:  # noqa: BLE001 - the queues' metrics are served anyway
+            logger.warning("could not read the task statistics of %s: %s", self._runner.where, exc)
         yield _gauge(
             "simplebroker_scrape_round_trips",
             "Round trips the last scrape took",
@@ -145,6 +179,70 @@ class NamespaceCollector:
             ns,
             time.perf_counter() - started,
         )
+
+    def _task_metrics(self, ns: str, minute: int) -> Iterator[Any]:
+        """Yield the task-name metrics (one round trip: totals and the recent minutes)."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        page = self._runner.run(task_stats_read(minute - RECENT_MINUTES + 1, minute, totals=True))
+        kept = top(totals(page), self._max_names)
+        recent = top(by_name(page), self._max_names)
+        counts = CounterMetricFamily(
+            "simplebroker_tasks",
+            "Tasks per name and event (enqueued, done, failed, retried), counted by the workers",
+            labels=["namespace", "task", "event"],
+        )
+        durations = HistogramMetricFamily(
+            "simplebroker_task_duration_seconds",
+            "Execution time of the runs of a task name (bucket bounds within 19 %)",
+            labels=["namespace", "task"],
+        )
+        for name, record in sorted(kept.items()):
+            for event in EVENTS:
+                counts.add_metric([ns, name, event], record.count(event))
+            durations.add_metric([ns, name], _buckets(record), record.sum_us / 1e6)
+        yield counts
+        yield durations
+        quantiles = GaugeMetricFamily(
+            "simplebroker_task_duration_recent_seconds",
+            f"Execution-time percentiles of the last {RECENT_MINUTES} minutes' runs",
+            labels=["namespace", "task", "quantile"],
+        )
+        for name, record in sorted(recent.items()):
+            for _, q in QUANTILES:
+                value = record.percentile(q)
+                if value is not None:
+                    quantiles.add_metric([ns, name, str(q)], value)
+        yield quantiles
+        yield _gauge(
+            "simplebroker_task_names",
+            "Task names the namespace keeps statistics of",
+            ns,
+            len(page.totals),
+        )
+
+
+def _buckets(record: TaskRecord) -> list[tuple[str, float]]:
+    """Return a record's runs as Prometheus's cumulative (le, count) buckets."""
+    counts = [0] * len(DURATION_BOUNDS)
+    for bucket, runs in record.hist.items():
+        upper = bucket_upper(bucket)
+        index = next(
+            (i for i, bound in enumerate(DURATION_BOUNDS) if upper <= bound * 1.000001), None
+        )
+        if index is not None:
+            counts[index] += runs
+    out: list[tuple[str, float]] = []
+    seen = 0
+    for bound, count in zip(DURATION_BOUNDS, counts, strict=True):
+        seen += count
+        out.append((repr(bound), seen))
+    out.append(("+Inf", record.runs))
+    return out
 
 
 def _gauge(name: str, documentation: str, namespace: str, value: float) -> Any:
@@ -170,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="queues read per round trip (0, the default: all in one)",
     )
     parser.add_argument(
+        "--max-task-names",
+        type=int,
+        default=DEFAULT_MAX_TASK_NAMES,
+        metavar="N",
+        help=f"task names with labels of their own (default {DEFAULT_MAX_TASK_NAMES}); "
+        'the others are added up under task="other"',
+    )
+    parser.add_argument(
         "--dead-letter-queue",
         action="append",
         default=[],
@@ -187,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.page_size < 0:
         print("--page-size must be 0 or more", file=sys.stderr)
         return 2
+    if args.max_task_names < 1:
+        print("--max-task-names must be 1 or more", file=sys.stderr)
+        return 2
     target = tool_target(args)
     if target is None:
         return 2
@@ -194,7 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(
         NamespaceCollector(
-            runner, page_size=args.page_size, dead_letter_queues=args.dead_letter_queue
+            runner,
+            page_size=args.page_size,
+            dead_letter_queues=args.dead_letter_queue,
+            max_task_names=args.max_task_names,
         )
     )
     server, thread = prometheus_client.start_http_server(

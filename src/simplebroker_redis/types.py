@@ -325,3 +325,67 @@ class QueueView:
     now_us: int
     states: tuple[StateView, ...]
     journal: tuple[JournalEntry, ...]
+
+
+# -- tasks (the dashboard's task views) ------------------------------------------------
+#: Where ``task_find.lua`` found a message ('moved': stored, in none of the
+#: queues looked in; 'gone': an index entry without its message).
+Place = Literal["pending", "delayed", "reserved", "claimed", "moved", "gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLocation:
+    """One message ``task_find.lua`` located: by a task index key, or by (queue, id)."""
+
+    what: str  #: ``"k:<framework>:<task id>"`` or ``"m:<queue>"`` (what was asked)
+    id: int
+    written_to: str  #: the queue the message was written to (or the one asked)
+    state: Place
+    queue: str  #: the queue holding it now ('' when moved or gone)
+    deliveries: int
+    until_us: int | None  #: due time (delayed) or lease deadline (reserved)
+    token: str  #: the reservation holding it ('' unless reserved)
+    reserved_us: int | None  #: when that reservation was made
+    body: str  #: the body, cut to the preview length asked for
+    size: int  #: the whole body's length
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLookup:
+    """What ``task_find.lua`` answered."""
+
+    now_us: int
+    found: tuple[TaskLocation, ...]
+    results: tuple[str, ...]  #: the value of each result key asked for ('' none)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningMessage:
+    """A message in flight (reserved), as ``running.lua`` reports it."""
+
+    queue: str
+    id: int
+    token: str
+    reserved_us: int  #: when its reservation was made (server time)
+    deadline_us: int | None  #: its lease deadline, None: never expires
+    deliveries: int
+    body: str  #: cut to the preview length asked for
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """Every queue's messages in flight (the first ones, and how many in all)."""
+
+    now_us: int
+    total: int
+    messages: tuple[RunningMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatsPage:
+    """Task records read by ``task_stats_read.lua`` (see :mod:`..taskrecord`)."""
+
+    now_us: int
+    minutes: tuple[tuple[int, str, str], ...]  #: (minute since the epoch, task name, record)
+    totals: dict[str, str]  #: task name -> record since the namespace began

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+from simplebroker import resolve_config
 from simplebroker.ext import MessageError, QueueNameError
 
 from .keys import format_id
@@ -86,6 +89,19 @@ def optional_id(value: int | None) -> str:
     return "" if value is None else format_id(value)
 
 
+def message_size_limit(config: Mapping[str, Any] | None) -> int:
+    """Return the largest message a writer accepts: one rule for every entry point.
+
+    ``MAX_MESSAGE_SIZE`` of SimpleBroker's ``config``; without a config, of
+    the environment (``BROKER_MAX_MESSAGE_SIZE``), as the ``broker`` command
+    reads it; SimpleBroker's default (10 MB) when neither sets it. The
+    runners, the core and every integration's writes take their limit here.
+    """
+    source = resolve_config(env=os.environ) if config is None else config
+    limit = source.get("MAX_MESSAGE_SIZE")
+    return int(resolve_config()["MAX_MESSAGE_SIZE"] if limit is None else limit)
+
+
 def validate_message(message: object, max_size: int) -> str:
     """Return ``message`` if it is UTF-8 text of at most ``max_size`` bytes."""
     if not isinstance(message, str):
@@ -102,3 +118,16 @@ def validate_message(message: object, max_size: int) -> str:
             f"({max_size} bytes). Adjust BROKER_MAX_MESSAGE_SIZE if needed."
         )
     return message
+
+
+#: Longest task index key (``"<framework>:<task id>"``) a write may carry.
+MAX_TASK_KEY: Final[int] = 512
+
+
+def check_task_key(key: object) -> str:
+    """Return ``key`` if it is a usable task index key ('' for none), else raise ValueError."""
+    if not isinstance(key, str):
+        raise TypeError("a task key must be a string")
+    if len(key) > MAX_TASK_KEY:
+        raise ValueError(f"a task key holds at most {MAX_TASK_KEY} characters")
+    return key

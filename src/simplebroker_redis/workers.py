@@ -92,9 +92,13 @@ def notify(event: str, kind: str, count: int = 0) -> None:
             continue
 
 
+#: Frameworks whose workers' records name them (the dashboard shows the kind).
+FRAMEWORKS: Final[tuple[str, ...]] = ("taskiq", "celery", "protean", "dramatiq")
+
+
 def worker_kind(framework: str) -> str:
     """Return the kind a worker's record shows for a heartbeat of ``framework``."""
-    return framework if framework in ("taskiq", "celery") else "simplebroker"
+    return framework if framework in FRAMEWORKS else "simplebroker"
 
 
 class Presence:
@@ -102,7 +106,7 @@ class Presence:
 
     Args:
         runner: The heartbeat's runner.
-        kind: ``taskiq``, ``celery`` or ``simplebroker``.
+        kind: one of :data:`FRAMEWORKS`, or ``simplebroker``.
         timing: The heartbeat's: its interval (shown, and sets the record's
             lifetime) and the lease every renewal grants (shown).
         describe: Returns more fields for the record (queues, say).

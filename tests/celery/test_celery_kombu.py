@@ -113,9 +113,7 @@ def test_a_requeued_message_is_back_at_once_marked_redelivered(conn):
     assert channel.basic_get("jobs") is None
 
 
-def test_a_closed_connection_hands_its_unacknowledged_messages_back_at_once(
-    redis_url, options
-):
+def test_a_closed_connection_hands_its_unacknowledged_messages_back_at_once(redis_url, options):
     with Connection(f"simplebroker+{redis_url}", transport_options=options) as holder:
         publish(holder, "jobs", "held", "buffered")
         channel = holder.channel()
@@ -149,9 +147,7 @@ def test_a_wrong_password_is_an_authentication_error_kombu_retries(make_server, 
         assert isinstance(final.value.__cause__, AuthenticationFailed)
 
 
-def test_no_password_for_a_server_that_wants_one_is_an_authentication_error(
-    make_server, namespace
-):
+def test_no_password_for_a_server_that_wants_one_is_an_authentication_error(make_server, namespace):
     server = make_server("pw", extra_args=["--requirepass", "right-one"])
     url = f"simplebroker+redis://127.0.0.1:{server.port}/0"
     with Connection(url, transport_options={"namespace": namespace}) as conn:
@@ -247,3 +243,21 @@ def test_control_shutdown_reports_as_it_does_with_celerys_redis_transport(
     assert worker.process.wait(timeout=30) == 0
     assert shutdown.returncode == 69, shutdown
     assert "No nodes replied within time constraint" in shutdown.stderr + shutdown.stdout
+
+
+def test_celery_report_names_the_driver_and_its_version(celery_env):
+    """``celery -A proj report``: ``simplebroker-redis:<version> (redis-py <version>)``, not N/A."""
+    from importlib.metadata import version
+
+    report = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celeryapp", "report"],
+        env=celery_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    driver = f"simplebroker-redis:{version('simplebroker-redis')} (redis-py {redis.__version__})"
+    assert driver in report.stdout, report.stdout
+    assert "N/A" not in report.stdout.split("platform ->")[0], report.stdout

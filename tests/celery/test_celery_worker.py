@@ -10,10 +10,12 @@ import warnings
 
 import pytest
 from celery import chain, chord, group
+from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 
-from celery_simplebroker import storage_queue
-from simplebroker_redis import RedisRunner
+from celery_simplebroker import storage_queue, taskstats
+from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis.taskrecord import TaskRecord
 from support.eventlog import read_events
 from support.waiting import wait_for
 
@@ -47,6 +49,23 @@ def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, na
     # They expire after result_expires (Celery's default: one day).
     assert 86_000 < runner.execute(lambda client: client.ttl(key)) <= 86_400
     runner.shutdown()
+
+
+def test_an_expired_task_gets_its_revoked_result_from_a_prefork_worker(app, start_worker):
+    """``expires=0.001``: revoked as "expired" (REVOKED, TaskRevokedError), never left PENDING.
+
+    The transport delivers a task whose own expiry passed, and the worker
+    revokes it and stores its result, as with Celery's Redis transport; a
+    task sent with time to spare still runs.
+    """
+    start_worker("pf", pool="prefork")
+    expired = app.send_task("add", (1, 2), expires=0.001)
+    started = time.monotonic()
+    with pytest.raises(TaskRevokedError, match="expired"):
+        expired.get(timeout=30)
+    assert expired.state == "REVOKED"
+    assert time.monotonic() - started < 30
+    assert app.send_task("add", (2, 2), expires=60).get(timeout=30) == 4
 
 
 def test_result_get_is_woken_not_polled(app, start_worker):
@@ -94,6 +113,20 @@ def test_retry_with_countdown_and_eta_task(app, start_worker, events):
 def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker, raw):
     start_worker("w1")
     assert app.send_task("add", (1, 1)).get(timeout=30) == 2
+    # The task's statistics go to the server once, from this process and the
+    # worker's, within a send interval: before the idle time is measured.
+    stats = taskstats.recorder(app)
+    assert stats is not None
+    stats.flush()
+    runner = stats.runner
+    wait_for(
+        lambda: (
+            (totals := runner.run(calls.task_stats_read(0, 0, totals=True)).totals)
+            and TaskRecord.parse(totals.get("add", "")).done == 1
+        ),
+        30,
+        "the worker's task statistics",
+    )
     time.sleep(1.0)  # let start-up traffic settle
 
     def scripts() -> int:

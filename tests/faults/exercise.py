@@ -21,6 +21,7 @@ from simplebroker_redis import Leases, RedisRunner, calls, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.taskrecord import TaskRecord
 from simplebroker_redis.types import ValueWrite
 
 
@@ -156,6 +157,31 @@ def _operations(core: RedisBrokerCore, n: Names) -> None:
     assert moved == 1
     assert runner.run(calls.worker_beat("worker-1", {"pid": 1}, 30)) >= 1
     assert runner.run(calls.worker_beat("worker-1", None, 30)) == 0
+    _tasks(core, n)
+
+
+def _tasks(core: RedisBrokerCore, n: Names) -> None:
+    """The task index, the dashboard's task views and the task statistics."""
+    runner = core.runner
+    key = f"demo:{n.task_id}"
+    written = core.write(n.main, "indexed", task_key=key)
+    lookup = runner.run(
+        calls.task_find(
+            [key],
+            [(n.main, written)],
+            elsewhere=[n.dead],
+            result_keys=[runner.keys.result_key(n.task_id)],
+        )
+    )
+    assert [found.id for found in lookup.found] == [written, written]
+    assert runner.run(calls.running(10)).total >= 0
+    record = TaskRecord(enqueued=1)
+    record.run(0.01)
+    minute = int(time.time() // 60)
+    stats = calls.task_stats([(minute, n.task_id, record)], retention_minutes=10, most_names=10)
+    assert runner.run(stats) == 1
+    assert runner.run(calls.task_stats_read(minute - 1, minute + 1, totals=True)).totals
+    core.delete_message_ids(n.main, [written])
 
 
 def _waiters(url: str, options: dict[str, Any], core: RedisBrokerCore, n: Names) -> None:

@@ -9,6 +9,8 @@ tighter line proposed for the README.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,9 @@ import pytest
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import RedisRunner, redis_backend_plugin, scripts
+from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin, scripts
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.scripts import library_name
 from support.state import snapshot
 
 from .exercise import exercise
@@ -139,4 +142,37 @@ def test_least_privilege_acl_user_runs_every_operation_and_nothing_else(
     assert allowed == [], f"a namespace's user may run {allowed}"
     assert snapshot(admin, "other") == theirs
     other.shutdown()
+    admin.close()
+
+
+def test_a_user_who_may_not_load_the_library_is_told_the_command_that_does(make_server, tmp_path):
+    """Before an administrator loads the library, the README's user is told how, not to
+    grant ``+function|load``; ``python -m simplebroker_redis.scripts load`` then prints
+    the library's name, and nothing else."""
+    server = make_server("unloaded")
+    admin = redis.Redis.from_url(server.url, decode_responses=True)
+    namespace, password = "myapp", "acl-" + uuid.uuid4().hex
+    user = _acl_user(admin, readme_acl_rules(), namespace, password)
+    url = f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
+    runner = RedisRunner(url, namespace=namespace)
+    with pytest.raises(AccessDenied) as info:
+        RedisBrokerCore(runner).write("jobs", "x")  # creating the namespace runs a script
+    text = str(info.value)
+    assert "python -m simplebroker_redis.scripts load redis://" in text, text
+    assert "+function|load" not in text and password not in text, text
+
+    loaded = subprocess.run(
+        [sys.executable, "-m", "simplebroker_redis.scripts", "load", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout == library_name() + "\n"  # a name, not a bytes repr
+    assert loaded.stderr == ""  # no runpy RuntimeWarning
+    core = RedisBrokerCore(runner, owns_runner=True)
+    core.write("jobs", "x")
+    assert core.claim_one("jobs", with_timestamps=False) == "x"
+    core.shutdown()
     admin.close()

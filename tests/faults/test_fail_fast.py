@@ -1,9 +1,11 @@
 """What no retry can fix fails at once, everywhere; a server not up yet is waited for.
 
-A malformed target, a missing or wrong password, an ACL denial: the CLI,
-``Queue``, the Taskiq classes and Celery (client and worker) report them
-in well under the 6 s that SimpleBroker's connection retry sleeps (2 s,
-then 4 s) before it gives up. A server that is merely not reachable yet is
+A malformed target, a missing or wrong password, an ACL denial, a server's
+answer (a database number out of range), a ``rediss://`` URL on a plain-text
+port: the CLI, ``Queue``, the Taskiq classes and Celery (client and worker)
+report them in well under the 6 s that SimpleBroker's connection retry
+sleeps (2 s, then 4 s) before it gives up (a TLS mismatch after the one
+handshake that reveals it). A server that is merely not reachable yet is
 still retried, and reached when it comes up within that window.
 
 The bounds are generous (seconds, on a busy 2-core machine); what they
@@ -20,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ import redis
 from simplebroker import BrokerTarget, Queue
 
 from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
+from simplebroker_redis.connection import CONNECT_TIMEOUT
 from simplebroker_redis.devserver import DevServer, free_port
+from simplebroker_redis.errors import Rejected
 from simplebroker_redis.options import ACCEPTED_FORMS
 from support.processes import pythonpath
 
@@ -301,6 +306,73 @@ def test_a_celery_client_reports_a_refusal_at_once(auth_server):
     assert took < AT_ONCE, took
     assert_secret_free(str(error))
     app.close()
+
+
+# -- answers of a server that are not outages ----------------------------------------------
+
+
+def _taskiq_start(url: str, *, worker: bool) -> Callable[[], None]:
+    from taskiq_simplebroker import SimpleBrokerTaskiqBroker
+
+    async def start() -> None:
+        broker = SimpleBrokerTaskiqBroker(url, namespace="answered")
+        broker.is_worker_process = worker  # a worker waits for a server that is down
+        try:
+            await broker.startup()
+        finally:
+            await broker.shutdown()
+
+    return lambda: asyncio.run(start())
+
+
+def _entry_points(url: str) -> dict[str, Callable[[], Any]]:
+    target = BrokerTarget("redis", url, {"namespace": "answered"})
+    return {
+        "queue": lambda: Queue("jobs", db_path=target).write("x"),
+        "taskiq client": _taskiq_start(url, worker=False),
+        "taskiq worker": _taskiq_start(url, worker=True),
+    }
+
+
+def _all_timed(operations: dict[str, Callable[[], Any]]) -> dict[str, tuple[Any, float]]:
+    """Run the operations at once, each in a thread of its own: (error, seconds) of each."""
+    with ThreadPoolExecutor(len(operations)) as pool:
+        futures = {name: pool.submit(_timed, op) for name, op in operations.items()}
+        return {name: future.result(timeout=120) for name, future in futures.items()}
+
+
+def _refusal(error: BaseException | None) -> BaseException | None:
+    # SimpleBroker wraps what opening the connection raised in a RuntimeError.
+    return error.__cause__ if isinstance(error, RuntimeError) else error
+
+
+def test_a_tls_url_on_a_plain_text_port_is_named_a_mismatch_after_one_handshake(server):
+    """``rediss://`` on a plain-text port: the handshake waits out the connect timeout
+    (the server waits for the rest of what it takes for a command), then the port is
+    asked in plain text once, and the mismatch is reported, not retried."""
+    url = f"rediss://127.0.0.1:{server.port}/0"
+    for name, (error, took) in _all_timed(_entry_points(url)).items():
+        refusal = _refusal(error)
+        assert isinstance(refusal, AccessDenied), (name, repr(error))
+        assert f"TLS mismatch: 127.0.0.1:{server.port} answers in plain text" in str(error), name
+        assert "use redis://" in str(error), name
+        # One handshake timeout, then at once: retrying would add 2 s, 4 s and two more.
+        assert took < CONNECT_TIMEOUT + AT_ONCE, (name, took)
+
+
+def test_a_database_number_out_of_range_is_said_at_once(server, tmp_path, auth_server):
+    url = f"redis://127.0.0.1:{server.port}/99"
+    for name, (error, took) in _all_timed(_entry_points(url)).items():
+        assert isinstance(_refusal(error), Rejected), (name, repr(error))
+        assert "DB index is out of range" in str(error) and "use 0-15" in str(error), name
+        assert took < AT_ONCE, (name, took)
+    project = write_project(tmp_path / "db99", url, "answered")
+    start_up = _cli_start_up(auth_server, tmp_path)
+    started = time.monotonic()
+    result = broker_cli(project, "write", "jobs", "x")
+    took = time.monotonic() - started - start_up
+    assert result.returncode != 0 and "DB index is out of range" in result.stderr, result
+    assert took < CLI_AT_ONCE, took
 
 
 # -- a server not reachable yet -------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Fixtures of the operations tests: real workers, the dashboard, headless Chromium.
 
-One Taskiq worker, one Celery worker and one dashboard serve every test of
-a module (module scope: starting them is what costs time). Chromium is
+One Taskiq worker, one Celery worker, one Protean engine and one dashboard
+serve every test of a module (module scope: starting them is what costs
+time). Chromium is
 Debian's (``/usr/bin/chromium``, or ``$SIMPLEBROKER_REDIS_CHROMIUM``),
 driven by Playwright without a browser download. With
 ``SIMPLEBROKER_REDIS_REQUIRE_BROWSER=1`` (CI) a missing browser fails the
@@ -20,6 +21,7 @@ import pytest
 from opshelpers import (
     CHROMIUM_FLAGS,
     PYTHONPATH,
+    TOKEN,
     Ops,
     chromium_path,
     start_dashboard,
@@ -48,6 +50,8 @@ def ops(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
             "OPS_MARKER": str(folder / "marker"),
             "OPS_METRICS_DIR": str(folder / "metrics"),
             "PROMETHEUS_MULTIPROC_DIR": str(folder / "metrics"),
+            # Task statistics reach the server every half second (2 s by default).
+            "SIMPLEBROKER_REDIS_TASK_STATS_INTERVAL": "0.5",
         }
         state = Ops(server.url, namespace, folder, env, Children(folder))
         try:
@@ -88,9 +92,26 @@ def celery_worker(ops: Ops) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def protean_worker(ops: Ops) -> Any:
+    """Protean's engine running ``opsprotean``'s handler (one consumer group).
+
+    Its lease heartbeat (and so its worker record) starts with its first
+    reservation; it is ready once its loop runs.
+    """
+    process = ops.children.start(
+        "protean",
+        # Imported, not run as __main__: its consumer group is "opsprotean.Reporter".
+        [sys.executable, "-c", "import opsprotean; opsprotean.engine()"],
+        ops.env,
+        ready=lambda p: "opsprotean ready" in p.output(),
+    )
+    return process.wait_ready()
+
+
+@pytest.fixture(scope="module")
 def dashboard(ops: Ops) -> str:
-    """The dashboard with actions allowed."""
-    return start_dashboard(ops, "dashboard", "--allow-actions")
+    """The dashboard with actions allowed (logged in with :data:`TOKEN`)."""
+    return start_dashboard(ops, "dashboard", "--allow-actions", "--token", TOKEN)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ Configured by environment: ``SIMPLEBROKER_REDIS_URL``, ``OPS_NS`` (namespace),
 object a line),
 ``OPS_TASKIQ_METRICS_PORT`` / ``OPS_CELERY_METRICS_PORT`` (Prometheus ports of
 the workers), ``OPS_MARKER`` (the ``flaky`` task rejects its message while
-this file is missing). The ``slow`` tasks run until the test creates
+this file is missing; ``quick`` returns at once, for bursts). The ``slow``
+tasks run until the test creates
 ``release-<tag>`` beside the log (at most 60 s), so a test sees them
 running however slow the machine is.
 """
@@ -111,6 +112,12 @@ async def slow(tag: str) -> str:
         await asyncio.sleep(0.05)
     note(LOG, "taskiq-done", tag)
     return tag
+
+
+@broker.task(task_name="ops.quick")
+async def quick(n: int) -> int:
+    await asyncio.sleep(0.01 * (n % 5))
+    return n
 
 
 @broker.task(task_name="ops.flaky")

@@ -17,8 +17,12 @@ from simplebroker_redis.devserver import free_port
 from support.processes import Children, Process, pythonpath
 from support.waiting import wait_for
 
-#: ``PYTHONPATH`` of the workers: their apps (opsapps.py) are in this directory.
-PYTHONPATH = pythonpath(Path(__file__).resolve().parent)
+#: This directory: the workers' apps (opsapps.py, opsprotean.py).
+OPS_DIR = Path(__file__).resolve().parent
+#: ``PYTHONPATH`` of the workers: their apps are in this directory.
+PYTHONPATH = pythonpath(OPS_DIR)
+#: The token of the dashboard with actions (``/?token=...`` logs a browser in).
+TOKEN = "ops-token-1"
 #: Headless Chromium in a container: no sandbox, no GPU, nothing fetched in the background.
 CHROMIUM_FLAGS = [
     "--no-sandbox",

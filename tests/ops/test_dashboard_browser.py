@@ -1,10 +1,13 @@
 """The dashboard in headless Chromium, against a real server and real workers.
 
-A Taskiq worker and a Celery worker run opsapps.py on one namespace; the
-page must show their tasks while they run (with the worker holding each),
-follow changes without a reload, and requeue a dead-lettered task from the
-page so that it runs. The same workers serve the tests of their Prometheus
-metrics and of the trace that runs from the producer through the worker.
+A Taskiq worker and a Celery worker run opsapps.py on one namespace, and
+Protean's engine runs opsprotean.py; the page must show their tasks while
+they run (with the worker holding each), find each task by its id and
+follow it from running to done, list dead letters with their task names
+and errors and retry one until it is done, draw a burst in the task charts
+without a reload, and offer no action when read-only. The same workers
+serve the tests of their Prometheus metrics and of the trace that runs from
+the producer through the worker.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,12 +26,13 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opshelpers import Ops
+from opshelpers import OPS_DIR, TOKEN, Ops, start_dashboard, worker_record
 from prometheus_client.parser import text_string_to_metric_families
 from taskiq.kicker import AsyncKicker
 
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.queue_names import storage_queue
 from support.eventlog import read_events
 from support.waiting import wait_for
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
@@ -108,7 +114,7 @@ def page(browser: Any, dashboard: str) -> Any:
     tab = context.new_page()
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.goto(dashboard + "/")
+    tab.goto(f"{dashboard}/?token={TOKEN}")  # logs in, then shows the page
     tab.wait_for_selector("#live.on")
     tab.evaluate("window.loadedOnce = true")  # gone if the page were reloaded
     yield tab
@@ -315,3 +321,217 @@ def test_a_celery_worker_sends_its_lease_counts_as_events(
     event = got[0]
     assert event["hostname"].startswith("ops-")
     assert {"renew_failures", "leases_lost", "recovered"} <= set(event)
+
+
+def test_a_queue_stored_escaped_is_shown_by_the_frameworks_name(ops: Ops, page: Any) -> None:
+    """Taskiq's ``taskiq:names`` is stored as ``taskiq-3Anames``: the page shows the first."""
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    core = RedisBrokerCore(runner)
+    stored = storage_queue("taskiq:names")
+    try:
+        core.write(stored, "one")
+        row = f"#queues tr[data-queue='{stored}']"
+        page.wait_for_selector(row, timeout=30_000)
+        name = page.locator(f"{row} td.name")
+        assert name.text_content() == "taskiq:names"
+        assert name.get_attribute("title") == stored  # what broker peek and the actions take
+        core.delete(stored)
+    finally:
+        core.close()
+        runner.shutdown()
+
+
+# -- tasks, not only queues (issue 44) -----------------------------------------------------
+def publish_protean(ops: Ops, tag: str) -> tuple[str, str]:
+    """Publish a Protean event from a process of its own; return (identifier, Protean's id)."""
+    done = subprocess.run(
+        [sys.executable, str(OPS_DIR / "opsprotean.py"), "publish", tag],
+        env=ops.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    identifier, own = done.stdout.split()[-2:]
+    return identifier, own
+
+
+def find(page: Any, query: str) -> None:
+    page.fill("#find-input", query)
+    page.click("#find-form button")
+    page.wait_for_function(
+        f"() => document.querySelector('#found-query').textContent === {json.dumps(query)}"
+    )
+
+
+def found(page: Any, framework: str, state: str, timeout: float = 30_000) -> Any:
+    return page.wait_for_selector(
+        f"#found .task[data-framework='{framework}'][data-state='{state}']", timeout=timeout
+    )
+
+
+def text(node: Any, selector: str) -> str:
+    return str(node.query_selector(selector).text_content())
+
+
+def held_by(page: Any, framework: str, worker: str) -> Any:
+    """Wait until the found task of ``framework`` runs, held by ``worker``.
+
+    The worker's record names what it holds at its next beat after the
+    reservation, so the holder can show a beat after the running state.
+    """
+    selector = f"#found .task[data-framework='{framework}'][data-state='running'] dd.worker"
+    page.wait_for_function(
+        f"""() => {{ const dd = document.querySelector({json.dumps(selector)});
+                   return dd && dd.textContent === {json.dumps(worker)}; }}""",
+        timeout=30_000,
+    )
+    return found(page, framework, "running")
+
+
+def test_each_frameworks_task_is_found_by_id_running_then_done(
+    ops: Ops,
+    taskiq_worker: dict[str, Any],
+    celery_worker: dict[str, Any],
+    protean_worker: Any,
+    page: Any,
+) -> None:
+    """Taskiq, Celery and Protean: found by their ids, running (worker, since) then done."""
+    task_id = kick_taskiq(ops, "ops.slow", "find-tq")
+    find(page, task_id)
+    card = held_by(page, "taskiq", taskiq_worker["id"])
+    assert text(card, "strong.name") == "ops.slow"
+    assert text(card, "dd.deliveries") == "1"
+    shot(page, "task-running")
+    (ops.dir / "release-find-tq").touch()
+    card = found(page, "taskiq", "done")
+    assert text(card, "dd.result").startswith("SUCCESS")
+
+    app = celery_app(ops)
+    try:
+        celery_id = app.send_task("ops.celery_slow", ("find-ce",), queue="celery").id
+    finally:
+        app.close()
+    find(page, celery_id)
+    card = held_by(page, "celery", celery_worker["id"])
+    assert text(card, "strong.name") == "ops.celery_slow"
+    (ops.dir / "release-find-ce").touch()
+    card = found(page, "celery", "done")
+    assert text(card, "dd.result") == "SUCCESS: find-ce"
+
+    identifier, own_id = publish_protean(ops, "find-pr")
+    wait_for(lambda: logged(ops, "protean-start", words=("find-pr",)), 60, "the handler's start")
+    protean = wait_for(lambda: worker_record(ops.url, ops.namespace, "protean"), 30, "its record")
+    find(page, identifier)
+    card = held_by(page, "protean", protean["id"])
+    assert text(card, "strong.name").endswith("ReportRequested.v1")
+    page.wait_for_selector("#found .task[data-framework='protean'][data-state='published']")
+    (ops.dir / "release-find-pr").touch()
+    found(page, "protean", "done")
+    shot(page, "task-done")
+    # Protean's own id of the message finds the same message and its group's copy.
+    find(page, own_id)
+    found(page, "protean", "done")
+
+
+def test_a_dead_letter_shows_its_task_and_error_and_is_retried_until_done(
+    ops: Ops, taskiq_worker: dict[str, Any], page: Any
+) -> None:
+    ops.marker.unlink(missing_ok=True)  # the flaky task rejects itself again
+    task_id = kick_taskiq(ops, "ops.flaky", "poison-2")
+    row = page.wait_for_selector(f"#dead-tasks tr[data-task='{task_id}']", timeout=30_000)
+    assert text(row, "td.name") == "ops.flaky"
+    assert text(row, "td.framework") == "taskiq"
+    assert "rejected" in text(row, "td.error").lower()
+    find(page, task_id)
+    card = found(page, "taskiq", "dead")
+    assert "taskiq.dead" in text(card, "dd.queue")
+    shot(page, "dead-letters")
+    ops.marker.write_text("run now")
+    page.click(f"#dead-tasks tr[data-task='{task_id}'] button.retry-one")
+    page.wait_for_selector("#modal:not([hidden])")
+    page.click("#modal-ok")
+    # Retried in its own queue: it runs, and the page follows it to done.
+    card = found(page, "taskiq", "done")
+    assert text(card, "dd.result").startswith("SUCCESS")
+    page.wait_for_selector(f"#dead-tasks tr[data-task='{task_id}']", state="detached")
+
+
+def test_the_task_charts_draw_a_burst_without_a_reload(
+    ops: Ops, taskiq_worker: dict[str, Any], page: Any
+) -> None:
+    async def burst() -> None:
+        broker = SimpleBrokerTaskiqBroker(url=ops.url, namespace=ops.namespace, queue="taskiq")
+        await broker.startup()
+        try:
+            kicker = AsyncKicker(task_name="ops.quick", broker=broker, labels={})
+            await asyncio.gather(*(kicker.kiq(n) for n in range(60)))
+        finally:
+            await broker.shutdown()
+
+    before = page.evaluate("Number(document.querySelector('#chart-tasks').dataset.total || 0)")
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, burst()).result(60)
+    page.wait_for_function(
+        """() => { const td = document.querySelector("#names tr[data-name='ops.quick'] td.done");
+                   return td && Number(td.textContent) >= 60; }""",
+        timeout=60_000,
+    )
+    row = page.query_selector("#names tr[data-name='ops.quick']")
+    assert int(text(row, "td.enqueued")) >= 60
+    assert text(row, "td.p95") != "–"
+    # The chart of tasks per minute drew them: 60 more enqueued, 60 more done.
+    page.wait_for_function(
+        f"() => Number(document.querySelector('#chart-tasks').dataset.total) >= {before} + 120"
+    )
+    page.click("#names tr[data-name='ops.quick']")  # the charts of one task name
+    page.wait_for_function(
+        "() => document.querySelector('#tasks-of').textContent === 'of ops.quick'"
+    )
+    page.wait_for_function(
+        "() => Number(document.querySelector('#chart-times').dataset.drawn || 0) > 0"
+    )
+    shot(page, "task-charts")
+
+
+def test_a_read_only_page_offers_no_retry_and_no_login_no_action(
+    ops: Ops, browser: Any, dashboard: str, taskiq_worker: dict[str, Any]
+) -> None:
+    base = start_dashboard(ops, "read-only-page")
+    runner = RedisRunner(ops.url, namespace=ops.namespace)
+    core = RedisBrokerCore(runner)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        core.write("ro-page.dead", "dead body")
+        tab = context.new_page()
+        tab.goto(base + "/")
+        tab.wait_for_selector("#live.on")
+        assert tab.text_content("#mode") == "read-only"
+        tab.wait_for_selector("#dead tr[data-queue='ro-page.dead']", timeout=30_000)
+        tab.wait_for_selector("#dead-tasks tr", timeout=30_000)
+        assert tab.query_selector_all("button.retry-one, button.delete-one, button.purge") == []
+        # The page's own request, sent anyway, is refused.
+        status = tab.evaluate(
+            """async () => (await fetch('api/dead-letters/ro-page.dead/requeue', {
+                 method: 'POST', headers: {'content-type': 'application/json'},
+                 body: JSON.stringify({target: 'ro-page'})})).status"""
+        )
+        assert status == 403
+        # A browser that never logged in to the dashboard with actions is refused too.
+        other = browser.new_context()
+        try:
+            stranger = other.new_page()
+            stranger.goto(dashboard + "/static/app.css")  # same origin, no login
+            status = stranger.evaluate(
+                """async () => (await fetch('/api/dead-letters/ro-page.dead/purge', {
+                     method: 'POST', headers: {'x-csrf-token': 'guessed'}})).status"""
+            )
+            assert status == 401
+        finally:
+            other.close()
+        assert core.peek_many("ro-page.dead", 10, with_timestamps=False) == ["dead body"]
+    finally:
+        context.close()
+        core.delete("ro-page.dead")
+        core.close()
+        runner.shutdown()

@@ -166,3 +166,76 @@ def test_exporter_refuses_without_a_target(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "no server named" in done.stderr
+
+
+def test_task_names_are_exported_with_bounded_labels(runner: RedisRunner) -> None:
+    """Counts, the execution-time histogram and recent percentiles, per task name."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.tasks import TaskStats
+
+    stats = TaskStats(runner, interval=3600)
+    for name, runs in (("busy", 30), ("steady", 10), ("rare", 2), ("rarer", 1)):
+        stats.enqueued(name, runs)
+        for i in range(runs):
+            stats.finished(name, 0.02 if i else 3.0, ok=i % 10 != 9)
+    stats.flush()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NamespaceCollector(runner, max_task_names=2))
+    got: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "namespace"))
+            got[(sample.name, labels)] = sample.value
+
+    tasks = {labels for name, labels in got if name == "simplebroker_tasks_total"}
+    assert {dict(labels)["task"] for labels in tasks} == {"busy", "steady", "other"}
+    total = "simplebroker_tasks_total"
+    assert got[(total, (("event", "enqueued"), ("task", "busy")))] == 30
+    assert got[(total, (("event", "failed"), ("task", "busy")))] == 3
+    assert got[(total, (("event", "enqueued"), ("task", "other")))] == 3  # rare + rarer
+    hist = "simplebroker_task_duration_seconds"
+    assert got[(hist + "_count", (("task", "busy"),))] == 30
+    assert got[(hist + "_bucket", (("le", "0.025"), ("task", "busy")))] == 29
+    assert got[(hist + "_bucket", (("le", "2.5"), ("task", "busy")))] == 29
+    assert got[(hist + "_bucket", (("le", "5.0"), ("task", "busy")))] == 30
+    assert 3.5 < got[(hist + "_sum", (("task", "busy"),))] < 3.7
+    p99 = got[
+        ("simplebroker_task_duration_recent_seconds", (("quantile", "0.99"), ("task", "busy")))
+    ]
+    assert 3.0 <= p99 <= 3.0 * 2 ** (1 / 4)
+    assert got[("simplebroker_task_names", ())] == 4
+
+
+def test_the_grafana_dashboard_queries_only_what_the_exporter_serves(runner: RedisRunner) -> None:
+    """docs/grafana-dashboard.json: every metric its queries name is one the exporter serves."""
+    import json
+    import re
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.tasks import TaskStats
+
+    stats = TaskStats(runner, interval=3600)
+    stats.enqueued("t")
+    stats.finished("t", 0.1, ok=True)
+    stats.flush()
+    core = RedisBrokerCore(runner)
+    try:
+        fill(core, runner)
+    finally:
+        core.close()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NamespaceCollector(runner))
+    served = {
+        sample.name
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    board = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in board["panels"] for target in panel.get("targets", ())]
+    exprs += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+    named = {name for expr in exprs for name in re.findall(r"\bsimplebroker_\w+", expr)}
+    assert named and named <= served, named - served

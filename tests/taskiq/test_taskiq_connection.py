@@ -120,12 +120,52 @@ def test_taskiq_redis_constructor_names(redis_url):
         (SimpleBrokerResultBackend, {"redis_url": redis_url}, "url or redis_url"),
         (SimpleBrokerTaskiqBroker, {"decode_responses": False}, "decode_responses.*as text"),
         (SimpleBrokerTaskiqBroker, {"retry_on_timeout": True}, "never retried"),
-        (SimpleBrokerResultBackend, {"prefech": 3}, "unknown connection option 'prefech'"),
+        (SimpleBrokerResultBackend, {"prefech": 3}, "unknown option 'prefech'"),
         (SimpleBrokerScheduleSource, {"socket_timeout": [1]}, "string, number or bool"),
     ]
     for cls, options, message in conflicts:
         with pytest.raises(ConfigurationError, match=message):
             cls(redis_url, **options)
+
+
+@pytest.mark.parametrize(
+    ("cls", "typo", "nearest"),
+    [
+        (SimpleBrokerTaskiqBroker, "lease_second", "lease_seconds"),
+        (SimpleBrokerTaskiqBroker, "socket_timout", "socket_timeout"),
+        (SimpleBrokerResultBackend, "keep_result", "keep_results"),
+        (SimpleBrokerScheduleSource, "claim_second", "claim_seconds"),
+    ],
+)
+def test_an_unknown_keyword_names_the_nearest_option_and_lists_both_kinds(
+    redis_url, cls, typo, nearest
+):
+    with pytest.raises(ConfigurationError) as info:
+        cls(redis_url, **{typo: 5})
+    text = str(info.value)
+    assert text.startswith(
+        f"{cls.__name__}: unknown option {typo!r}; did you mean {nearest!r}? (its options: "
+    ), text
+    listed = text.partition("(its options: ")[2]
+    ours, _, theirs = listed.partition("; redis-py connection options: ")
+    assert "namespace" in ours and "runner" in ours and "socket_timeout" not in ours, text
+    assert "socket_timeout" in theirs and "namespace" not in theirs, text
+    if cls is SimpleBrokerTaskiqBroker:
+        assert all(name in ours for name in ("lease_seconds", "prefetch", "wait_replicas"))
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"namespace": "bad ns!"}, "invalid namespace='bad ns!': expected backend option"),
+        ({"max_connections": 0}, "invalid max_connections=0: expected an integer >= 1"),
+    ],
+)
+def test_a_bad_keyword_is_named_as_given_not_as_the_url(redis_url, cls, keywords, message):
+    with pytest.raises(ConfigurationError) as info:
+        cls(redis_url, **keywords)
+    assert str(info.value).startswith(message), str(info.value)
 
 
 async def test_connection_options_reach_the_server(redis_url, namespace, raw):
@@ -199,7 +239,7 @@ def test_user_and_password_kwargs_are_encoded_and_never_shown():
         ("redis://127.0.0.1:7006/0", {"db": 3}, "database number in the URL"),
         ("redis://127.0.0.1:7006/0", {"decode_responses": False}, "as text"),
         ("redis://127.0.0.1:7006/0", {"protocol": 3}, "RESP2"),
-        ("redis://127.0.0.1:7006/0", {"ssl_context": object()}, "unknown connection option"),
+        ("redis://127.0.0.1:7006/0", {"ssl_context": object()}, "unknown option .ssl_context."),
     ]
     for url, options, message in refused:
         with pytest.raises(ConfigurationError, match=message):

@@ -64,13 +64,6 @@ async def test_a_priority_outside_0_to_9_is_refused_at_kick_time(client, broker,
 @pytest.mark.parametrize(
     ("labels", "reason"),
     [
-        (
-            {"queue_name": "my queue"},
-            "label 'queue_name' 'my queue': Invalid queue name: must contain only letters, "
-            "numbers, periods, underscores, and hyphens",
-        ),
-        ({"queue_name": ".hidden"}, "Cannot begin with a hyphen or a period"),
-        ({"queue_name": "q" * 513}, "exceeds 512 characters"),
         ({"queue_name": "q" * 510, "priority": 5}, "label 'priority' 5: queue"),
         ({"delay": "soon"}, "label 'delay' must be seconds, got 'soon'"),
     ],
@@ -151,6 +144,33 @@ async def test_several_queues_in_strict_order_with_their_own_dead_letter_queues(
             assert isinstance(result.error, DeadLetteredError), result
         assert (await rejected.wait_result(check_interval=0.02, timeout=10)).is_err
     assert len(broker.peek_many("normal.dead", 10)) == 2  # context.reject(): its queue's
+
+
+async def test_names_taskiq_redis_takes_are_stored_one_to_one(client, redis_url, namespace, broker):
+    """``taskiq:queue``, a space, a leading dot: stored escaped, each under a name of its own."""
+    worker = make_broker(redis_url, namespace, queues=["taskiq:queue", "my queue", ".hidden"])
+    assert worker.queues == ("taskiq-3Aqueue", "my-20queue", "_-2Ehidden")
+    assert worker.dead_letter_queues["taskiq-3Aqueue"] == "taskiq-3Aqueue.dead"
+    for name in ("taskiq:queue", "my queue", ".hidden", "taskiq-3Aqueue"):
+        await kiq(client, "add", name, 0, queue_name=name)
+    await kiq(client, "add", "urgent", 0, queue_name="taskiq:queue", priority=9)
+    stats = {s.queue: s.pending for s in broker.list_queue_stats()}
+    # The last name is valid as it is, yet not the escaped form of "taskiq:queue".
+    assert stats == {
+        "taskiq-3Aqueue": 1,
+        "taskiq-3Aqueue.p9": 1,
+        "my-20queue": 1,
+        "_-2Ehidden": 1,
+        "taskiq-2D3Aqueue": 1,
+    }
+    listener = worker.listen()
+    got = [await take(listener) for _ in range(4)]
+    order = [worker.formatter.loads(message.data).args[0] for message in got]
+    assert order == ["urgent", "taskiq:queue", "my queue", ".hidden"]
+    for message in got:
+        await message.ack()
+    await listener.aclose()
+    await worker.shutdown()
 
 
 def test_queue_options_are_validated(redis_url):

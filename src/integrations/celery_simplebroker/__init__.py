@@ -27,8 +27,9 @@ TRANSPORT_ALIAS = "simplebroker"
 for _alias in (TRANSPORT_ALIAS, *(f"{TRANSPORT_ALIAS}+{s}" for s in FAILOVER_SCHEMES)):
     TRANSPORT_ALIASES.setdefault(_alias, "celery_simplebroker.transport:Transport")
 
-# Registers the check of every app's simplebroker URLs when the app is finalized.
-from . import urls  # noqa: E402,F401 - imported for that side effect
+# Registers the check of every app's simplebroker URLs when the app is finalized,
+# and connects the task_prerun/task_postrun handlers that count runs per task name.
+from . import taskstats, urls  # noqa: E402,F401,I001 - imported for those side effects
 
 __all__ = [
     "TRANSPORT_ALIAS",

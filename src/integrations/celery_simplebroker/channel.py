@@ -40,6 +40,7 @@ from .errors import UnconfirmedPublish
 from .options import storage_queue
 from .poller import Poller
 from .store import Store
+from .taskformat import task_headers
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -165,7 +166,12 @@ class Channel(virtual.Channel):
         storage = self.store.level_of(storage_queue(queue), self._get_message_priority(message))
         once = publishing.dedupe_key(message, storage)
         with _unconfirmed_is_final(), publishing.attempt(message):
-            self.store.write(storage, seal(message, publishing.TRANSIENT_FIELDS), dedupe_key=once)
+            self.store.write(
+                storage,
+                seal(message, publishing.TRANSIENT_FIELDS),
+                task_headers(message),
+                dedupe_key=once,
+            )
 
     def prepare_message(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Prepare a message to publish with its idempotency key (see :mod:`.publishing`).

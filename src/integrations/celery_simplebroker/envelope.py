@@ -100,13 +100,27 @@ def open_body(body: str, message_id: int, *, tag: str, deliveries: int) -> dict[
 
 
 def expired(payload: dict[str, Any], message_id: int, ttl: float | None) -> bool:
-    """Return True when the message's own expiry, or its queue's TTL, has passed."""
+    """Return True when the message is to be dropped: its own expiry, or its queue's TTL, passed.
+
+    A Celery task's own expiry (``apply_async(expires=...)``, which Celery
+    also sends as the message's ``expiration``) is left to the worker: the
+    task is delivered, and the worker revokes it and stores its REVOKED
+    result ("expired"), so ``get()`` raises ``TaskRevokedError`` instead of
+    waiting for a result that never comes. Celery's Redis transport does
+    the same (it ignores ``expiration``). Other messages are dropped.
+    """
     now = time.time()
     expires_at = payload.get(EXPIRES_FIELD)
-    if expires_at is not None and now > float(expires_at):
+    if expires_at is not None and now > float(expires_at) and not is_task(payload):
         return True
     # A message ID is its writer's wall clock in nanoseconds (SimpleBroker's hybrid IDs).
     return ttl is not None and now > message_id / 1e9 + ttl
+
+
+def is_task(payload: dict[str, Any]) -> bool:
+    """Return whether a kombu message is a Celery task (message protocol 2: headers name it)."""
+    headers = payload.get("headers")
+    return isinstance(headers, dict) and "task" in headers and "id" in headers
 
 
 def delivery_tag(token: str, message_id: int) -> str:

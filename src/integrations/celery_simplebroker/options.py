@@ -1,5 +1,9 @@
 """Options of the transport, the target URL, and Celery queue names in SimpleBroker.
 
+A Celery queue is stored under :func:`~simplebroker_redis.queue_names.storage_queue`
+of its name (one mapping for every integration): ``celery`` as it is,
+``celery@host.celery.pidbox`` as ``celery-40host.celery.pidbox``.
+
 Celery passes ``broker_transport_options`` to the transport and
 ``result_backend_transport_options`` to the result backend; both accept
 ``namespace``, ``max_connections`` and ``pool_timeout``. The lease options
@@ -10,18 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
-from simplebroker_redis.validation import number_problem, validate_queue_name
+from simplebroker_redis.queue_names import storage_queue as storage_queue  # re-exported
+from simplebroker_redis.validation import number_problem
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -42,10 +44,6 @@ PRIORITY_ORDERS: Final[tuple[str, ...]] = ("amqp", "redis")
 #: first URL (kombu splits ``simplebroker+redis://...`` at its ``+``), the
 #: others for failover alternates (kombu's ``switch()`` takes the whole scheme).
 FAILOVER_SCHEMES: Final[tuple[str, ...]] = ("redis", "rediss", "unix")
-
-_VALID_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
-_MAX_QUEUE = 512
 
 
 class ConfigurationError(ValueError):
@@ -136,33 +134,6 @@ def shown_url(url: str | None, include_password: bool = False) -> str:
     return shown if shown.startswith("simplebroker") else f"simplebroker+{shown}"
 
 
-@functools.lru_cache(maxsize=4096)  # called for every delivery: a few names, pure
-def storage_queue(name: str) -> str:
-    """Return the SimpleBroker queue that stores the Celery queue ``name``.
-
-    Names SimpleBroker accepts are kept, so ``broker peek celery`` shows the
-    ``celery`` queue. Others (Celery's ``celery@host.celery.pidbox``) have
-    each other character written as ``-HH`` per UTF-8 byte, ``-`` included
-    (``celery-40host.celery.pidbox``); names that would be too long end in
-    a digest instead.
-    """
-    if len(name) <= _MAX_QUEUE and _VALID_QUEUE.match(name):
-        return name
-    parts = []
-    for index, char in enumerate(name):
-        if char in _SAFE and not (index == 0 and char == "."):
-            parts.append(char)
-        else:
-            parts.extend(f"-{byte:02X}" for byte in char.encode("utf-8"))
-    escaped = "".join(parts)
-    if escaped.startswith("-"):
-        escaped = "_" + escaped
-    if len(escaped) > _MAX_QUEUE:
-        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-        escaped = f"{escaped[: _MAX_QUEUE - 34]}--{digest}"
-    return validate_queue_name(escaped)
-
-
 def _number(options: Mapping[str, Any], name: str, default: float) -> float:
     value = options.get(name, default)
     problem = number_problem(value, bound=0, side=">")
@@ -201,6 +172,8 @@ class TransportOptions:
     dead_letter_queue: str | None = None
     priorities: bool = True
     priority_order: Literal["amqp", "redis"] = "amqp"
+    task_index: bool | None = None  #: index sent tasks by id (None: the environment's rule)
+    task_stats: bool | None = None  #: count tasks per name (None: the environment's rule)
 
     @property
     def timing(self) -> LeaseTiming:
@@ -235,7 +208,9 @@ class TransportOptions:
             raise ConfigurationError(
                 "transport option 'priority_order' must be 'amqp' (9 first) or 'redis' (0 first)"
             )
+        switches = {name: _switch(options, name) for name in ("task_index", "task_stats")}
         return cls(
+            **switches,
             lease_seconds=timing.lease_seconds,
             heartbeat_interval=timing.heartbeat_seconds,
             recover_interval=timing.recover_seconds,
@@ -246,6 +221,13 @@ class TransportOptions:
             priorities=priorities,
             priority_order=order,
         )
+
+
+def _switch(options: Mapping[str, Any], name: str) -> bool | None:
+    value = options.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(f"transport option {name!r} must be True, False or None")
+    return value
 
 
 def retry_window(conf: Mapping[str, Any]) -> float:

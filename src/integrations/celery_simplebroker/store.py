@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from queue import Empty
 from typing import Any, Final, cast
 
-from simplebroker import resolve_config
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.priorities import levels, priority_queue
+from simplebroker_redis.tasks import INDEX_ENV, enabled, index_key, task_stats
 from simplebroker_redis.types import LeasedMessage, MultiLease
 from simplebroker_redis.validation import validate_message
 
@@ -45,6 +45,7 @@ from .options import TransportOptions, storage_queue
 from .outage import Outage
 from .settlements import Settler, deferred_for
 from .staging import stage_for
+from .taskformat import FRAMEWORK
 
 logger = logging.getLogger("celery_simplebroker")
 
@@ -70,7 +71,7 @@ class Store:
         self.holdings = Holdings()
         self.acks = ResultAcks(runner.identity, self.holdings)
         self.mark = holder_mark(runner.identity)
-        self.max_message_size = int(resolve_config()["MAX_MESSAGE_SIZE"])
+        self.max_message_size = runner.max_message_size  # BROKER_MAX_MESSAGE_SIZE, as everywhere
         self._on_beat = on_beat
         self.deferred = deferred_for(runner.identity)
         self.outage = Outage(runner.where)
@@ -79,6 +80,10 @@ class Store:
         )
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
+        #: Published tasks carry their task index key (:mod:`simplebroker_redis.tasks`).
+        self.task_index = enabled(options.task_index, INDEX_ENV)
+        #: This process's task statistics (None: off).
+        self.task_stats = task_stats(runner) if enabled(options.task_stats) else None
 
     @functools.cached_property
     def core(self) -> RedisBrokerCore:
@@ -135,7 +140,9 @@ class Store:
         self._on_beat()
 
     def close(self) -> None:
-        """Stop the heartbeat; the result backend no longer finds this store's messages."""
+        """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
+        if self.task_stats is not None:
+            self.task_stats.flush()
         acks_module.release(self.acks)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
@@ -165,17 +172,33 @@ class Store:
         return priority_queue(queue, priority) if self.options.priorities else queue
 
     # -- publishing -----------------------------------------------------------------------------
-    def write(self, queue: str, envelope: str, *, dedupe_key: str | None = None) -> None:
+    def write(
+        self,
+        queue: str,
+        envelope: str,
+        task: tuple[str, str, int] | None = None,
+        *,
+        dedupe_key: str | None = None,
+    ) -> None:
         """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch.
 
-        ``dedupe_key``: the publish's idempotency key (see :mod:`.publishing`).
+        ``task`` is the (id, name, retries) of the Celery task it carries: the
+        message is indexed under its id and counted per name (unless the
+        transport options turn them off). ``dedupe_key``: the publish's
+        idempotency key (see :mod:`.publishing`).
         """
         stage = stage_for(self.runner.identity)
         if stage is None:
-            self.core.write(queue, envelope, dedupe_key=dedupe_key)
-            return
-        validate_message(envelope, self.max_message_size)
-        stage.messages.append((queue, envelope))
+            key = index_key(FRAMEWORK, task[0]) if task and self.task_index else ""
+            self.core.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
+        else:
+            validate_message(envelope, self.max_message_size)
+            stage.messages.append((queue, envelope))
+        if task is not None and self.task_stats is not None:
+            if task[2] > 0:
+                self.task_stats.retried(task[1])
+            else:
+                self.task_stats.enqueued(task[1])
 
     def broadcast(self, envelope: str, queues: list[str]) -> None:
         """Write one copy of a message to each of ``queues`` (storage names), atomically."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from importlib.metadata import version
 from typing import Any
 
 import redis
@@ -66,7 +67,7 @@ class Transport(virtual.Transport):
     Channel = Channel
     Cycle = ControlFirstCycle  # remote control before tasks (see .cycle)
     driver_type = "redis"
-    driver_name = "simplebroker-redis"
+    driver_name = "simplebroker-redis"  # taskstats.DRIVER_NAME finds apps on this transport
     #: The URL (``redis://``, ``rediss://``, ``unix://``) is the runner's target, unparsed.
     can_parse_url = True
     # kombu annotates the base's value as a one-element tuple. Connection
@@ -100,6 +101,10 @@ class Transport(virtual.Transport):
             self.store, self.options, channels=lambda: self.channels, poll=self._poll
         )
         self.store.acks.prefetcher = self.poller
+
+    def driver_version(self) -> str:
+        """Return this package's version and redis-py's (``celery report``, ``inspect report``)."""
+        return f"{version('simplebroker-redis')} (redis-py {redis.__version__})"
 
     # -- connection lifecycle --------------------------------------------------------
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:

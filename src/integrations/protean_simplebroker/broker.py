@@ -26,20 +26,17 @@ from protean.port.broker import BaseBroker, BrokerCapabilities, DLQEntry, regist
 from simplebroker.ext import MessageError, OperationalError
 
 from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis.tasks import index_key
 
 from . import config, reports
 from .dlq import DeadLetters
 from .groups import Groups
-from .inflight import InFlight
-from .messages import (
-    ENVELOPE_OVERHEAD,
-    log_key,
-    message_key,
-    serialize,
-)
+from .inflight import InFlight, Taken
+from .messages import ENVELOPE_OVERHEAD, log_key, serialize
 from .names import Layout
 from .reads import take
 from .store import Store
+from .taskformat import FRAMEWORK, message_id, message_type
 
 if TYPE_CHECKING:
     from protean.domain import Domain
@@ -146,10 +143,13 @@ class SimpleBrokerBroker(BaseBroker):
         connection error, or by the caller after ``OutcomeUnknown``), it is
         stored once and the first ID is returned.
         """
-        return self._append(stream, message, message_key(message))
+        return self._append(stream, message, dedupe=True)
 
-    def _append(self, stream: str, message: dict[str, Any], key: str | None = None) -> str:
-        """Append ``message`` to the stream's log, idempotent by ``key`` when given."""
+    def _append(self, stream: str, message: dict[str, Any], *, dedupe: bool = False) -> str:
+        """Append ``message`` to the stream's log, idempotent by its ID with ``dedupe``.
+
+        A DLQ replay publishes a message again on purpose: without ``dedupe``.
+        """
         body = serialize(message)
         room = self.store.max_message_size - ENVELOPE_OVERHEAD
         if len(body.encode("utf-8")) > room:
@@ -158,8 +158,11 @@ class SimpleBrokerBroker(BaseBroker):
                 f"stream message may take (BROKER_MAX_MESSAGE_SIZE minus {ENVELOPE_OVERHEAD})"
             )
         log = self.layout.log(stream)
+        own_id = message_id(message)
+        key = index_key(FRAMEWORK, own_id) if own_id else ""
+        once = log_key(log, own_id) if dedupe else None
         try:
-            identifier = self.store.append(log, body, None if key is None else log_key(log, key))
+            identifier = self.store.write(log, body, key, dedupe_key=once)
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
@@ -167,6 +170,8 @@ class SimpleBrokerBroker(BaseBroker):
             logger.warning("publish to %s not confirmed by a replica: %s", stream, exc)
             identifier = exc.result
         self.store.notify(log)
+        if self.store.task_stats is not None:
+            self.store.task_stats.enqueued(message_type(message))
         return str(identifier)
 
     # -- consuming ------------------------------------------------------------------------
@@ -251,6 +256,7 @@ class SimpleBrokerBroker(BaseBroker):
             return False
         done = self.store.ack(taken.held)  # an error keeps it held: the caller may retry
         self._inflight.drop(key, identifier)
+        self._count_run(taken, ok=True)
         if not done:
             logger.warning(
                 "message %s of %s for group %s: its reservation expired before the "
@@ -271,6 +277,7 @@ class SimpleBrokerBroker(BaseBroker):
         taken = self._inflight.get(key, identifier)
         if taken is None:
             return False
+        self._count_run(taken, ok=False)
         most = self._max_deliveries
         if key not in self._owned and most is not None:
             failed = taken.held.deliveries + self.store.recorded_failures(taken.held)
@@ -286,7 +293,17 @@ class SimpleBrokerBroker(BaseBroker):
                 )
                 return buried
         self._inflight.redeliver(key, identifier)
+        stats = self.store.task_stats
+        if stats is not None:
+            stats.retried(message_type(taken.payload))
         return True
+
+    def _count_run(self, taken: Taken, *, ok: bool) -> None:
+        """Count a handled message in the task statistics: done (acked) or failed (nacked)."""
+        stats = self.store.task_stats
+        if stats is not None:
+            seconds = time.perf_counter() - taken.started
+            stats.finished(message_type(taken.payload), seconds, ok=ok)
 
     # -- groups -----------------------------------------------------------------------------
     def _ensure_group(self, group_name: str, stream: str | None = None) -> None:
@@ -421,6 +438,8 @@ class SimpleBrokerBroker(BaseBroker):
         self._inflight.clear()
         if store is not None:
             try:
+                if store.task_stats is not None:
+                    store.task_stats.flush()
                 store.close()
             except Exception:  # closing must not raise during shutdown; logged
                 logger.exception("closing broker %s failed", self.name)

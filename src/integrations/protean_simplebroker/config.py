@@ -58,6 +58,8 @@ _OWN: Final[frozenset[str]] = frozenset(
         "RECOVER_SECONDS",
         "MAX_DELIVERIES",
         "COPY_BATCH",
+        "TASK_INDEX",
+        "TASK_STATS",
         "DEDUPE_SECONDS",
     }
 )
@@ -82,8 +84,19 @@ class Settings:
     timing: LeaseTiming = field(default_factory=LeaseTiming)
     max_deliveries: int | None = DEFAULT_MAX_DELIVERIES
     copy_batch: int = DEFAULT_COPY_BATCH
+    #: TASK_INDEX, TASK_STATS (Redis): None leaves them to the environment's rule
+    #: (``simplebroker_redis.tasks.enabled``); on by default.
+    task_index: bool | None = None
+    task_stats: bool | None = None
     #: Redis: seconds a published message's ID keeps a resend from storing it twice.
     dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS
+
+
+def _switch(raw: Mapping[str, Any], key: str) -> bool | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _bad(key, f"must be true or false, not {value!r}")
+    return value
 
 
 def _bad(key: str, why: str) -> ConfigurationError:
@@ -187,5 +200,7 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
         timing=_timing(raw),
         max_deliveries=_max_deliveries(raw),
         copy_batch=batch,
+        task_index=_switch(raw, "TASK_INDEX"),
+        task_stats=_switch(raw, "TASK_STATS"),
         dedupe_seconds=_dedupe_seconds(raw),
     )

@@ -28,6 +28,7 @@ from simplebroker.ext import IntegrityError
 from .messages import envelope, is_registration, position_of, position_record, registration
 from .names import SEP, Layout
 from .store import Store
+from .taskformat import copy_key
 
 logger = logging.getLogger("protean_simplebroker")
 
@@ -192,8 +193,9 @@ class Groups:
                 for (body, log_id), copy_id in zip(entries, ids, strict=False)
             ]
             records.append((group.at, position_record(entries[-1][1]), ids[-1]))
+            keys = [copy_key(group.queue, log_id) for _, log_id in entries] + [""]
             try:
-                self._store.conn.insert_messages(records)
+                self._store.insert(records, keys)
                 break
             except IntegrityError:
                 # An ID of the batch is taken (see copy_ids): nothing was

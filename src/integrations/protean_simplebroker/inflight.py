@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ class Taken:
     held: Held
     payload: dict[str, Any]
     redeliver: bool = False  #: nacked: the next read of its group returns it
+    started: float = dataclasses.field(default_factory=time.perf_counter)  #: this delivery's
     waiting: bool = False  #: reserved, not yet returned by a read
 
 
@@ -64,6 +66,7 @@ class InFlight:
             )[:limit]
             for _, taken in waiting:
                 taken.waiting = False
+                taken.started = time.perf_counter()
             return waiting
 
     def get(self, key: Key, identifier: str) -> Taken | None:
@@ -92,6 +95,7 @@ class InFlight:
             )[:limit]
             for _, taken in waiting:
                 taken.redeliver = False
+                taken.started = time.perf_counter()
                 taken.held = dataclasses.replace(taken.held, deliveries=taken.held.deliveries + 1)
             return waiting
 

@@ -33,31 +33,23 @@ class CorruptMessage(ValueError):
     """A stored body is not what this provider writes."""
 
 
-#: What an idempotency key may be (the backend's rule, less room for the log name).
-_KEY: Final = re.compile(r"^[!-~]{1,120}$")
+#: What a message ID must be to serve as an idempotency key: printable ASCII
+#: without spaces (the backend's rule for keys).
+_KEY: Final = re.compile(r"^[!-~]{1,200}$")
 
 
-def message_key(message: dict[str, Any]) -> str | None:
-    """Return a published message's ID (``metadata.headers.id``), None without a usable one.
+def log_key(log: str, message_id: str) -> str | None:
+    """Return the idempotency key of message ``message_id`` in the log queue ``log``.
 
-    Protean documents that ID as the message's idempotency key. One that is
-    not 1-120 printable ASCII characters without spaces is not used.
+    Protean documents a message's ID (``metadata.headers.id``) as its
+    idempotency key; None without a usable one (empty, or not printable
+    ASCII without spaces). Per log: the same message may go to two
+    streams. A long pair is hashed, so the key stays within the backend's
+    200 characters.
     """
-    metadata = message.get("metadata")
-    headers = metadata.get("headers") if isinstance(metadata, dict) else None
-    value = headers.get("id") if isinstance(headers, dict) else None
-    if isinstance(value, str) and _KEY.match(value):
-        return value
-    return None
-
-
-def log_key(log: str, key: str) -> str:
-    """Return the idempotency key of message ``key`` in the log queue ``log``.
-
-    Per log: the same message may go to two streams. A long pair is
-    hashed, so the key stays within the backend's 200 characters.
-    """
-    combined = f"{log}:{key}"
+    if not _KEY.match(message_id):
+        return None
+    combined = f"{log}:{message_id}"
     if len(combined) <= 200:
         return combined
     return "sha256:" + hashlib.sha256(combined.encode("utf-8")).hexdigest()

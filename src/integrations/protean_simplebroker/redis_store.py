@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import Lease, Leases, OutcomeUnknown, ReplicationTimeout, calls
+from simplebroker_redis import Lease, Leases, OutcomeUnknown, ReplicationTimeout, calls, tasks
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.core import RedisBrokerCore
@@ -66,9 +66,44 @@ class RedisStore(Store):
         self._reading: set[str] = set()  #: group queues reserved from (journal filter)
         self._journal = JOURNAL_START
         self._next_report = 0.0
+        #: Published messages and group copies carry task index keys.
+        self.index_tasks = tasks.enabled(settings.task_index, tasks.INDEX_ENV)
+        #: This process's task statistics (None: off).
+        self.task_stats = (
+            tasks.task_stats(self.runner) if tasks.enabled(settings.task_stats) else None
+        )
 
     def _target(self) -> tuple[str | BrokerTarget, Any]:
         return self.runner.broker_target, self.runner
+
+    # -- the task index ------------------------------------------------------------
+    def write(
+        self, queue: str, body: str, task_key: str = "", *, dedupe_key: str | None = None
+    ) -> int:
+        """Write ``body`` to ``queue``, indexed under ``task_key`` when the index is on.
+
+        ``dedupe_key``: the write's idempotency key (kept ``DEDUPE_SECONDS``):
+        written again with it, nothing more is stored and the first ID is
+        returned (see :meth:`Store.write`).
+        """
+        core = self.conn
+        if not isinstance(core, RedisBrokerCore):
+            return int(core.write(queue, body))
+        return core.write(
+            queue,
+            body,
+            task_key=task_key if self.index_tasks else "",
+            dedupe_key=dedupe_key,
+            dedupe_seconds=self.settings.dedupe_seconds,
+        )
+
+    def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
+        """Insert messages with exact IDs, each indexed under its ``task_keys`` entry."""
+        core = self.conn
+        if task_keys and self.index_tasks and isinstance(core, RedisBrokerCore):
+            core.insert_messages(records, task_keys=task_keys)
+        else:
+            core.insert_messages(records)
 
     @functools.cached_property
     def leases(self) -> Leases:
@@ -156,13 +191,6 @@ class RedisStore(Store):
         if standing is Standing.HELD:
             return True
         return False if standing is Standing.EXPIRED else None
-
-    def append(self, queue: str, body: str, key: str | None = None) -> int:
-        """Write ``body`` to ``queue``, idempotent by ``key`` (see :meth:`Store.append`)."""
-        conn = self.conn
-        if key is None or not isinstance(conn, RedisBrokerCore):
-            return conn.write(queue, body)
-        return conn.write(queue, body, dedupe_key=key, dedupe_seconds=self.settings.dedupe_seconds)
 
     def release(self, held: Held, *, counted: bool) -> bool:
         """Make a held copy pending again, or dead-letter it (the script decides)."""

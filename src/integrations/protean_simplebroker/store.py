@@ -29,6 +29,9 @@ from typing import Any, Protocol, cast
 from simplebroker import BrokerTarget, QueueStats, open_broker, resolve_config
 from simplebroker.ext import BrokerConnection
 
+from simplebroker_redis.tasks import TaskStats
+from simplebroker_redis.validation import message_size_limit
+
 from .config import Settings
 from .failures import FailureRecords
 from .names import Layout, Parsed
@@ -60,6 +63,8 @@ class Store(ABC):
     """One backend connection of one broker (see the module docstring)."""
 
     kind: str = ""
+    #: This process's task statistics (Redis, unless turned off; None: not kept).
+    task_stats: TaskStats | None = None
 
     def __init__(self, settings: Settings, layout: Layout) -> None:
         self.settings = settings
@@ -67,7 +72,7 @@ class Store(ABC):
         #: SimpleBroker's configuration from the environment (BROKER_*), as
         #: its CLI reads it, so limits agree with what ``broker`` enforces.
         self.config = resolve_config(env=os.environ)
-        self.max_message_size = int(self.config["MAX_MESSAGE_SIZE"])
+        self.max_message_size = message_size_limit(self.config)
         #: Deliveries after which a copy is dead-lettered (None: never); the
         #: broker may change it (Protean's ``_max_retries``).
         self.max_deliveries: int | None = settings.max_deliveries
@@ -77,6 +82,22 @@ class Store(ABC):
         self._stack: contextlib.ExitStack | None = None
         self._conn: BrokerConnection | None = None
         self.failures = FailureRecords(layout, self.peek, lambda: self.conn)
+
+    # -- the task index (Redis only; see RedisStore) ----------------------------
+    def write(
+        self, queue: str, body: str, task_key: str = "", *, dedupe_key: str | None = None
+    ) -> int:
+        """Write ``body`` to ``queue``; return its ID (``task_key``: its task index key).
+
+        ``dedupe_key``: an idempotency key (Redis): a second write with it
+        within ``DEDUPE_SECONDS`` stores nothing and returns the first ID.
+        SQLite ignores it (a local write never loses its reply).
+        """
+        return int(self.conn.write(queue, body))
+
+    def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
+        """Insert messages with exact IDs, all or nothing (``task_keys``: one per record)."""
+        self.conn.insert_messages(records)
 
     # -- the shared connection -------------------------------------------------
     @abstractmethod
@@ -154,15 +175,6 @@ class Store(ABC):
         consumer's for as long as the process lives).
         """
         return True
-
-    def append(self, queue: str, body: str, key: str | None = None) -> int:
-        """Write ``body`` to ``queue``; return its ID.
-
-        ``key``: an idempotency key (Redis): a second append with it within
-        ``DEDUPE_SECONDS`` stores nothing and returns the first one's ID.
-        SQLite ignores it (a local write never loses its reply).
-        """
-        return self.conn.write(queue, body)
 
     @abstractmethod
     def release(self, held: Held, *, counted: bool) -> bool:

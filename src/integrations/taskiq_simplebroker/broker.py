@@ -12,30 +12,32 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
-from typing import Any, Final, Unpack
+from typing import Any, Final, Self, Unpack
 
 from taskiq import AsyncBroker, AsyncResultBackend, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis import OutcomeUnknown
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
+from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.types import DeadLetterEntry
-from simplebroker_redis.validation import number_problem, validate_queue_name
 
-from .codec import dedupe_key, encode_body
 from .connection import DurableServerKeywords, close_runner, open_runner
 from .deadletters import report_dead_letter
-from .errors import ConfigurationError, LabelError, TaskOutcomeUnknown, is_transient
+from .errors import ConfigurationError, check_dedupe_seconds, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
 from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
+from .sending import delay_seconds, send
 from .shards import check_shards, merged, shard_index, shard_runners
+from .sizing import SerializeOnce, check_size
+from .taskstats import Tracking
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -52,19 +54,6 @@ def _count(name: str, value: object) -> int:
     return value
 
 
-def delay_seconds(label: object) -> float:
-    """Return the seconds of a ``delay`` label (str or number; negative means now)."""
-    if label is None or label == "":
-        return 0.0
-    try:
-        delay = float(label)  # type: ignore[arg-type] # labels arrive as str or number
-    except (TypeError, ValueError):
-        raise LabelError(f"label 'delay' must be seconds, got {label!r}") from None
-    if number_problem(delay) is not None:
-        raise LabelError(f"label 'delay' must be finite, got {label!r}")
-    return max(0.0, delay)
-
-
 class SimpleBrokerTaskiqBroker(AsyncBroker):
     """Taskiq broker on simplebroker-redis: leases, heartbeat, delays, dead letters.
 
@@ -73,8 +62,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             ``redis+sentinel://`` URL. Default:
             ``$SIMPLEBROKER_REDIS_URL``, else the target and namespace of the
             project's ``.broker.toml`` (see :mod:`.connection`).
-        queue: SimpleBroker queue of the tasks (a task's ``queue_name`` label
-            routes it elsewhere). ``queue_name`` is accepted too (taskiq-redis).
+        queue: Queue of the tasks (a task's ``queue_name`` label routes it
+            elsewhere). ``queue_name`` is accepted too (taskiq-redis). Any
+            name taskiq-redis takes (``taskiq:queue``): one SimpleBroker
+            refuses is stored escaped (``taskiq-3Aqueue``; see :mod:`.routing`).
         queues: Several queues a worker listens on, in strict order (all
             the first one holds before any of the second's); tasks go to the
             first unless labelled ``queue_name``. Instead of ``queue``.
@@ -100,10 +91,15 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         task_id_generator: Taskiq's task ID generator.
         shards: Spread the queue over this many namespaces (hash slots, so
             cluster nodes); see :mod:`.shards`. 1: the namespace itself.
-        dedupe_seconds: A kicked task's ID is the write's idempotency key
-            for this long (default 600): a task sent again with the same ID
-            (after ``kiq()`` failed with :class:`~.errors.TaskOutcomeUnknown`,
-            say) is not stored twice. None: no key (one write less per task).
+        task_index: Index each sent task under its task id, so the
+            dashboard finds it (default on; ``SIMPLEBROKER_REDIS_TASK_INDEX=0``
+            turns it off where not given).
+        task_stats: Count tasks sent and runs finished per task name for
+            the dashboard and the exporter (default on;
+            ``SIMPLEBROKER_REDIS_TASK_STATS=0`` turns it off where not given).
+        dedupe_seconds: How long a kicked task's idempotency key keeps the
+            same task sent again from being stored twice (600; see
+            :mod:`.sending`). None: no key.
         server: Where to connect (the keywords of
             :class:`~.connection.DurableServerKeywords`, which the result
             backend takes too):
@@ -145,19 +141,15 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         result_backend: AsyncResultBackend[Any] | None = None,
         task_id_generator: Callable[[], str] | None = None,
         shards: int = 1,
+        task_index: bool | None = None,
+        task_stats: bool | None = None,
         dedupe_seconds: float | None = DEFAULT_DEDUPE_SECONDS,
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
-        if dedupe_seconds is not None and (
-            isinstance(dedupe_seconds, bool)
-            or not isinstance(dedupe_seconds, int | float)
-            or not dedupe_seconds >= 0.001
-        ):
-            raise ConfigurationError("dedupe_seconds must be a number >= 0.001, or None")
-        #: Seconds a kicked task's ID keeps a resend from storing it twice (None: off).
-        self.dedupe_seconds = dedupe_seconds
-        self.runner, _ = open_runner(url, server)
+        #: Seconds a kicked task's key keeps a resend from storing it twice (None: off).
+        self.dedupe_seconds = check_dedupe_seconds(dedupe_seconds)
+        self.runner, _ = open_runner(url, server, owner=type(self))
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
         self.queue = self.queues[0]
@@ -173,10 +165,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self.max_deliveries = (
             None if max_deliveries is None else _count("max_deliveries", max_deliveries)
         )
-        if dead_letter_queue is not None:
-            validate_queue_name(dead_letter_queue)
-        #: Each listened queue's dead-letter queue.
-        self.dead_letter_queues = {q: dead_letter_queue or f"{q}.dead" for q in self.queues}
+        dead = None if dead_letter_queue is None else storage_queue(dead_letter_queue)
+        #: Each listened queue's dead-letter queue (stored names).
+        self.dead_letter_queues = {q: dead or f"{q}.dead" for q in self.queues}
         self.dead_letter_queue = self.dead_letter_queues[self.queue]
         #: (queue, dead-letter queue) a worker reserves from, in order.
         self.sources = sources(self.queues, self.dead_letter_queues, priorities=self.priorities)
@@ -184,7 +175,36 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         self._messages = [AsyncMessages(shard) for shard in self.shard_runners]
         self._runtimes: list[Runtime] = []
         self._unchecked = False  #: a worker started before the server answered
-        self.add_middlewares(_RejectionMarker(self), _LabelCheck(self))
+        self.add_middlewares(_RejectionMarker(self), _SendCheck(self))
+        #: Task index keys and statistics of the tasks sent (see :mod:`simplebroker_redis.tasks`).
+        self.tracking = Tracking(self.runner, index=task_index, stats=task_stats)
+        self.add_middlewares(*self.tracking.middlewares())
+
+    @property
+    def formatter(self) -> TaskiqFormatter:
+        """Return the formatter of tasks (set by Taskiq, or by ``with_formatter``)."""
+        return self._formatter
+
+    @formatter.setter
+    def formatter(self, formatter: TaskiqFormatter) -> None:
+        # Wrapped so that kiq() reuses the serialization its size check made (.sizing).
+        self._formatter = (
+            formatter if isinstance(formatter, SerializeOnce) else SerializeOnce(formatter)
+        )
+
+    def add_middlewares(self, *middlewares: TaskiqMiddleware) -> None:
+        """Add Taskiq middlewares; this broker's send check stays the last one.
+
+        It serializes the task to check its size, once for the check and the
+        send when no other ``pre_send`` runs after it (see :mod:`.sizing`).
+        """
+        super().add_middlewares(*middlewares)
+        self.middlewares.sort(key=lambda middleware: isinstance(middleware, _SendCheck))
+
+    def with_middlewares(self, *middlewares: TaskiqMiddleware) -> Self:
+        """Add Taskiq middlewares and return this broker (see :meth:`add_middlewares`)."""
+        self.add_middlewares(*middlewares)
+        return self
 
     def __repr__(self) -> str:
         listened = f"queue={self.queue!r}" if len(self.queues) == 1 else f"queues={self.queues!r}"
@@ -244,37 +264,22 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         (0-9) to that queue's priority queue; ``delay`` (seconds) keeps it
         invisible to workers until it is due.
 
-        The task's ID and content are the write's idempotency key
-        (:func:`dedupe_key`, kept ``dedupe_seconds``): the same task sent
-        again within that window is not stored twice.
+        Idempotent by the task's ID and content (see :mod:`.sending`).
 
         Raises:
             LabelError: An invalid ``queue_name``, ``priority`` or ``delay``
                 label (checked before, in ``kiq()``, by :class:`_LabelCheck`).
-            TaskOutcomeUnknown: The write was sent but its reply never came
-                (within ``socket_timeout``, 10 s by default): the task may
-                be queued. Taskiq's ``kiq()`` raises ``SendTaskError`` from it.
+            TaskOutcomeUnknown: The write's reply never came (10 s): the
+                task may be queued (``kiq()`` raises ``SendTaskError`` from it).
 
         """
         labels = message.labels
         queue = label_queue(labels, self.queue, priorities=self.priorities)
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
-        body = encode_body(message.message)
-        key = None if self.dedupe_seconds is None else dedupe_key(message)
-        try:
-            if key is None:
-                await messages.write(queue, body, delay_seconds=delay)
-            else:
-                await messages.write(
-                    queue,
-                    body,
-                    delay_seconds=delay,
-                    dedupe_key=key,
-                    dedupe_seconds=self.dedupe_seconds or DEFAULT_DEDUPE_SECONDS,
-                )
-        except OutcomeUnknown as exc:
-            raise TaskOutcomeUnknown.of(message.task_id, self.dedupe_seconds, exc) from exc
+        key = self.tracking.key(message.task_id)
+        await send(messages, queue, message, delay, task_key=key, dedupe=self.dedupe_seconds)
+        self.tracking.sent(message.task_name, labels)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
         """Return the generator of this worker's tasks (call from the running loop).
@@ -302,8 +307,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         return merged(listeners)  # type: ignore[return-value] # an async generator
 
     async def shutdown(self) -> None:
-        """Send pending acknowledgements, hand back held tasks, close connections."""
+        """Send pending acknowledgements and task statistics, hand back held tasks, close."""
         runtimes, self._runtimes = self._runtimes, []
+        await self.tracking.flush()  # now, not a few seconds later: a producer is often done
         try:
             for runtime in runtimes:
                 if runtime.is_current():
@@ -386,12 +392,13 @@ def follow_taskiq_log_level() -> None:
             ours.setLevel(level)
 
 
-class _LabelCheck(TaskiqMiddleware):
-    """Refuses a task whose labels cannot be honoured, in ``kiq()`` before it is sent.
+class _SendCheck(TaskiqMiddleware):
+    """Refuses a task that cannot be sent as it is, in ``kiq()`` before it is sent.
 
     Taskiq turns whatever the broker's ``kick`` raises into a bare
     ``SendTaskError`` ("Cannot send task to the queue"); an error raised in
-    ``pre_send`` reaches the caller as it is, reason included.
+    ``pre_send`` reaches the caller as it is, reason included. The broker
+    keeps this middleware last (see :meth:`SimpleBrokerTaskiqBroker.add_middlewares`).
     """
 
     def __init__(self, target: SimpleBrokerTaskiqBroker) -> None:
@@ -399,11 +406,28 @@ class _LabelCheck(TaskiqMiddleware):
         self._target = target
 
     def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
-        """Raise :class:`LabelError` for an invalid ``queue_name``, ``priority`` or ``delay``."""
+        """Raise why ``message`` cannot be sent: its labels, or its size.
+
+        Raises:
+            LabelError: An invalid ``queue_name``, ``priority`` or ``delay`` label.
+            MessageTooLargeError: The task is larger than ``BROKER_MAX_MESSAGE_SIZE``.
+
+        """
         target = self._target
         label_queue(message.labels, target.queue, priorities=target.priorities)
         delay_seconds(message.labels.get("delay"))
+        formatter = target.formatter
+        if isinstance(formatter, SerializeOnce):  # always, unless replaced by hand
+            limit = target.runner.max_message_size
+            check = partial(check_size, limit=limit)
+            formatter.dumps_ahead(message, check, keep=self._shapes_last())
         return message
+
+    def _shapes_last(self) -> bool:
+        """Return whether no ``pre_send`` of another middleware runs after this one's."""
+        middlewares = self._target.middlewares
+        after = middlewares[middlewares.index(self) + 1 :] if self in middlewares else []
+        return all(type(other).pre_send is TaskiqMiddleware.pre_send for other in after)
 
 
 class _RejectionMarker(TaskiqMiddleware):

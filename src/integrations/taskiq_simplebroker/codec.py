@@ -9,19 +9,14 @@ which no JSON document and almost no text starts with:
 - NUL ``b:`` + base64, for bytes that are not valid UTF-8 (pickle, msgpack),
 - NUL ``t:`` + text, for valid UTF-8 text that itself starts with NUL.
 
-Decoding checks one character on the common path. :func:`dedupe_key`
-names a kicked task's write for its idempotency key.
+Decoding checks one character on the common path.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import re
 from typing import Final
-
-from taskiq.message import BrokerMessage
 
 #: Marks a body that is not stored verbatim.
 MARK: Final[str] = "\x00"
@@ -44,6 +39,18 @@ def encode_body(data: bytes) -> str:
     return text
 
 
+def stored_size(data: bytes) -> int:
+    """Return the size in bytes of what :func:`encode_body` stores for ``data`` (without it)."""
+    escaped = len(ESCAPED_PREFIX) if data.startswith(b"\x00") else 0
+    if data.isascii():
+        return len(data) + escaped
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return len(BINARY_PREFIX) + 4 * ((len(data) + 2) // 3)
+    return len(data) + escaped
+
+
 def decode_body(text: str) -> bytes:
     """Return the bytes stored by :func:`encode_body`; plain text is taken as UTF-8."""
     if not text.startswith(MARK):
@@ -57,27 +64,3 @@ def decode_body(text: str) -> bytes:
         return text[len(ESCAPED_PREFIX) :].encode("utf-8")
     # Written by something else (for example `broker write`): take it as text.
     return text.encode("utf-8")
-
-
-def dedupe_key(message: BrokerMessage) -> str | None:
-    """Return the idempotency key of a kicked task: its ID and a digest of its content.
-
-    The same task sent again (``kicker().with_task_id(id).kiq(...)`` with
-    the same arguments, after ``TaskOutcomeUnknown``) has the same key.
-    Taskiq's retry middlewares re-send a task under its ID with another
-    ``_retries`` label: another key, stored. A scheduler's run (label
-    ``schedule_id``) gets none: a schedule may give every run one task ID.
-    """
-    if "schedule_id" in message.labels:
-        return None
-    digest = hashlib.sha256(message.message).hexdigest()[:24]
-    task_id = message.task_id
-    if _KEY_SAFE.match(task_id):
-        return f"{task_id}:{digest}"
-    return hashlib.sha256(
-        task_id.encode("utf-8", "surrogatepass") + b"\0" + message.message
-    ).hexdigest()
-
-
-#: A task ID usable as it is in an idempotency key.
-_KEY_SAFE: Final = re.compile(r"^[!-~]{1,150}$")

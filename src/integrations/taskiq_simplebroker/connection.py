@@ -21,15 +21,17 @@ whenever the URL has no password.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypedDict
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from simplebroker import Config, resolve_config
-from simplebroker.ext import BrokerError
+from simplebroker.ext import BrokerError, InvalidConfigError
 from simplebroker.project import resolve_broker_target
 
 from simplebroker_redis.aio import AsyncRedisRunner
@@ -39,6 +41,7 @@ from simplebroker_redis.options import (
     OPTION_NAMES,
     QUERY_OPTIONS,
     TLS_QUERY_OPTIONS,
+    BackendOptions,
     InvalidTarget,
     parse_target,
 )
@@ -168,18 +171,58 @@ class DurableServerKeywords(ServerKeywords, total=False):
     sentinel_password: str | None
 
 
+#: Keywords of :class:`ServerKeywords` that are this package's, not redis-py's.
+_SERVER_KEYWORDS: Final[tuple[str, ...]] = (
+    "runner",
+    "namespace",
+    "max_connections",
+    "max_connection_pool_size",
+)
+
+
+def check_keywords(
+    owner: Callable[..., object], keywords: Iterable[str], backend_keywords: Iterable[str]
+) -> None:
+    """Refuse a keyword neither ``owner`` (a Taskiq class) nor redis-py takes.
+
+    The error lists ``owner``'s options and redis-py's connection options
+    apart, and suggests the nearest name (``lease_second``: ``lease_seconds``).
+
+    Raises:
+        ConfigurationError: An unknown keyword.
+
+    """
+    parameters = inspect.signature(owner).parameters.values()
+    ours = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    ours |= {*_SERVER_KEYWORDS, *backend_keywords}
+    theirs = URL_OPTIONS | _USER_OPTIONS
+    for name in keywords:
+        if name in ours or name in theirs or name in _OWN_OPTIONS:
+            continue
+        close = difflib.get_close_matches(name, [*ours, *theirs], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        what = getattr(owner, "__name__", "this class")
+        raise ConfigurationError(
+            f"{what}: unknown option {name!r}{hint} (its options: {', '.join(sorted(ours))}; "
+            f"redis-py connection options: {', '.join(sorted(theirs))})"
+        )
+
+
 def open_runner(
     url: str | None,
     server: ServerKeywords,
     *,
+    owner: Callable[..., object],
     default_max_connections: int = DEFAULT_MAX_CONNECTIONS,
     backend_keywords: Iterable[str] = BACKEND_KEYWORDS,
 ) -> tuple[AsyncRedisRunner, bool]:
-    """Return the runner a Taskiq class uses, and whether it made (and so owns) it.
+    """Return the runner a Taskiq class (``owner``) uses, and whether it made (and so owns) it.
 
     ``server`` holds the class's connection keywords as given (see
-    :class:`ServerKeywords`); an unknown one is refused by :func:`make_runner`.
+    :class:`ServerKeywords`); an unknown one is refused here
+    (:func:`check_keywords`), a bad value by :func:`make_runner`.
     """
+    check_keywords(owner, server, backend_keywords)
     keywords: dict[str, Any] = dict(server)
     runner = keywords.pop("runner", None)
     namespace = keywords.pop("namespace", None)
@@ -281,6 +324,8 @@ def make_runner(
                 "connection and backend options apply where the runner is made"
             )
         return runner
+    options = {"namespace": namespace, "max_connections": max_connections, **given}
+    check_options(options)
     server = choose_server(url)
     try:
         # The target as given, before options are added to it: a malformed
@@ -290,13 +335,27 @@ def make_runner(
         raise ConfigurationError(f"{server.source}: {exc}") from None
     target = with_connection_options(server.target, connection_options)
     defaults = {"max_connections": default_max_connections, **server.options}
-    made = Target(target, defaults, server.source).with_options(
-        {"namespace": namespace, "max_connections": max_connections, **given}
-    )
+    made = Target(target, defaults, server.source).with_options(options)
     try:
         return made.async_runner(environment_config())
     except (BrokerError, ValueError) as exc:
         raise ConfigurationError(f"{server.source}: {exc}") from exc
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Refuse a bad backend option given as a keyword (None: not given), naming the keyword.
+
+    Checked apart from the server's own options, so the error names the
+    keyword (``namespace='a b'``), not where the server came from (``url``).
+    """
+    given = {name: value for name, value in options.items() if value is not None}
+    try:
+        BackendOptions.parse(given)
+    except InvalidConfigError as exc:
+        name = exc.key.removeprefix("backend_options.")
+        raise ConfigurationError(
+            f"invalid {name}={exc.value_display}: expected {exc.expected}"
+        ) from None
 
 
 async def close_runner(runner: AsyncRedisRunner) -> None:

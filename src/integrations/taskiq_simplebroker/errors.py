@@ -10,7 +10,7 @@ loops which of them a later attempt can fix.
 from __future__ import annotations
 
 import redis.exceptions as rx
-from simplebroker.ext import BrokerError, OperationalError
+from simplebroker.ext import BrokerError, MessageError, OperationalError
 from taskiq.exceptions import ResultGetError, SendTaskError, TaskiqError
 
 from simplebroker_redis import AccessDenied, OutcomeUnknown, ReplicationTimeout
@@ -23,6 +23,7 @@ __all__ = [
     "BACKOFF_MIN",
     "ConfigurationError",
     "LabelError",
+    "MessageTooLargeError",
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerTaskiqError",
@@ -63,6 +64,19 @@ class LabelError(ConfigurationError, SendTaskError):
         super().__init__(detail)
 
 
+class MessageTooLargeError(SimpleBrokerTaskiqError, SendTaskError, MessageError):
+    """A task's message is larger than ``BROKER_MAX_MESSAGE_SIZE``: ``kiq()`` sends nothing.
+
+    A ``SendTaskError`` (as Taskiq raises for a failed send) and SimpleBroker's
+    ``MessageError`` (as ``broker write`` raises for the same message), with
+    the sizes and the setting in its message.
+    """
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
 class ResultIsMissingError(SimpleBrokerTaskiqError, ResultGetError):
     """No result is stored for the task (not finished, expired, or consumed)."""
 
@@ -94,6 +108,15 @@ class DeadLetteredError(SimpleBrokerTaskiqError):
     # One positional argument, so Taskiq rebuilds it from a stored result.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
+
+
+def check_dedupe_seconds(value: object) -> float | None:
+    """Return a broker's ``dedupe_seconds`` (None: off); raise ``ConfigurationError`` if invalid."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0.001:
+        raise ConfigurationError("dedupe_seconds must be a number >= 0.001, or None")
+    return float(value)
 
 
 class TaskOutcomeUnknown(SimpleBrokerTaskiqError, OutcomeUnknown):

@@ -87,7 +87,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         if url is not None and redis_url is not None:
             raise ConfigurationError("pass url or redis_url, not both")
         self.runner, self._owns_runner = open_runner(
-            url if redis_url is None else redis_url, server
+            url if redis_url is None else redis_url, server, owner=type(self)
         )
         self.shards = check_shards(shards)
         self._shard_runners = shard_runners(self.runner, self.shards)

@@ -11,6 +11,12 @@ order given), its priority queues from ``.p9`` down to ``.p1``, then the
 queue itself. One reservation takes the oldest tasks of the first of these
 *sources* that has any, then of the next, up to ``prefetch``
 (``reserve_queues``, one round trip). Within a priority the order is FIFO.
+
+Queue names are taken as taskiq-redis takes them (``taskiq:queue``): each is
+stored under :func:`~simplebroker_redis.queue_names.storage_queue` of it,
+the mapping every integration shares (``taskiq:queue`` -> ``taskiq-3Aqueue``;
+a name SimpleBroker accepts stays as it is). The broker's ``queues`` and
+``dead_letter_queues`` are these stored names, the ones ``broker peek`` takes.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Final
 from simplebroker.ext import QueueNameError
 
 from simplebroker_redis.priorities import HIGHEST, priority_queue
+from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.validation import validate_queue_name
 
 from .errors import ConfigurationError, LabelError
@@ -55,17 +62,20 @@ def priority_of(label: object) -> int:
 def label_queue(labels: Mapping[str, object], default: str, *, priorities: bool) -> str:
     """Return the SimpleBroker queue a task with ``labels`` goes to.
 
+    ``default`` is a stored name already; a ``queue_name`` label is the
+    Taskiq name, stored as :func:`storage_queue` of it.
+
     Raises:
-        LabelError: The ``queue_name`` label is not a valid queue name, or
-            the ``priority`` label is invalid (or given to a broker with
+        LabelError: The ``queue_name`` label is not a queue name (not text),
+            or the ``priority`` label is invalid (or given to a broker with
             ``priorities=False``); the message says which and why.
 
     """
-    queue = labels.get("queue_name") or default
+    label = labels.get("queue_name")
     try:
-        validate_queue_name(queue)
+        queue = storage_queue(label) if label else default
     except QueueNameError as exc:
-        raise LabelError(f"label 'queue_name' {queue!r}: {exc}") from None
+        raise LabelError(f"label 'queue_name' {label!r}: {exc}") from None
     priority = priority_of(labels.get("priority"))
     if not priority:
         return str(queue)
@@ -111,7 +121,7 @@ def sources(
 def listened_queues(
     queue: str | None, queue_name: str | None, queues: Sequence[str] | None
 ) -> tuple[str, ...]:
-    """Return the listened queues given as ``queue``, ``queue_name`` or ``queues`` (one of them).
+    """Return the stored names of the queues given as ``queue``, ``queue_name`` or ``queues``.
 
     Raises:
         ConfigurationError: More than one given, or an empty ``queues``.
@@ -123,7 +133,7 @@ def listened_queues(
     if len(given) > 1:
         raise ConfigurationError(f"pass {' or '.join(given)}, not several")
     if queues is None:
-        return (validate_queue_name(queue or queue_name or DEFAULT_QUEUE),)
+        return (storage_queue(queue or queue_name or DEFAULT_QUEUE),)
     if isinstance(queues, str) or not queues:
         raise ConfigurationError("queues must be a non-empty sequence of queue names")
-    return tuple(dict.fromkeys(validate_queue_name(name) for name in queues))
+    return tuple(dict.fromkeys(storage_queue(name) for name in queues))

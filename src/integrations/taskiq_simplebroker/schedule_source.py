@@ -143,7 +143,11 @@ class SimpleBrokerScheduleSource(ScheduleSource):
             raise ConfigurationError(f"claim_seconds must be {problem}")
         self.claim_seconds = float(claim_seconds)
         self.runner, self._owns_runner = open_runner(
-            url, server, default_max_connections=DEFAULT_MAX_CONNECTIONS, backend_keywords=()
+            url,
+            server,
+            owner=type(self),
+            default_max_connections=DEFAULT_MAX_CONNECTIONS,
+            backend_keywords=(),
         )
         self._lost: dict[str, LostRun] = {}  #: lost runs listed last, by their schedule_id
         self._claims: dict[str, _Claim] = {}  #: claimed runs not confirmed yet

@@ -8,7 +8,6 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from simplebroker import resolve_config
 from simplebroker.ext import TimestampError
 
 from .. import calls
@@ -16,7 +15,7 @@ from ..errors import ScriptConflict
 from ..ids import HighWaterClock
 from ..retry import ConflictBackoff
 from ..types import Dedupe
-from ..validation import finite_number, validate_message, validate_queue_name
+from ..validation import check_task_key, finite_number, validate_message, validate_queue_name
 from .runner import AsyncRedisRunner
 
 #: Seconds a write waits for the clock when the logical counter at the
@@ -39,6 +38,7 @@ class _Write:
     body: str
     delay_us: int
     future: asyncio.Future[int]
+    task_key: str = ""
     once: Dedupe | None = None
 
 
@@ -95,7 +95,7 @@ class AsyncMessages:
     def __init__(self, runner: AsyncRedisRunner, *, max_message_size: int | None = None) -> None:
         self.runner = runner
         self._clock = HighWaterClock.offline(runner.backend_plugin)
-        self._max = max_message_size or int(resolve_config()["MAX_MESSAGE_SIZE"])
+        self._max = max_message_size or runner.max_message_size
         # Batching state per event loop: loops in other threads never share
         # a batch, and a forked child starts empty.
         self._pid = os.getpid()
@@ -120,11 +120,14 @@ class AsyncMessages:
         body: str,
         *,
         delay_seconds: float = 0.0,
+        task_key: str = "",
         dedupe_key: str | None = None,
         dedupe_seconds: float = calls.DEFAULT_DEDUPE_SECONDS,
     ) -> int:
         """Write ``body`` to ``queue``; with a delay it is claimable only later.
 
+        ``task_key`` indexes the message under a framework's task id
+        (:func:`simplebroker_redis.tasks.index_key`), in the same step.
         Returns the committed message ID. Invalid input raises before anything
         is queued; a cancelled write that was not sent yet is dropped.
 
@@ -149,7 +152,7 @@ class AsyncMessages:
         if state is None:
             state = self._loops[loop] = _LoopWrites()
         delay_us = max(0, round(delay_seconds * 1_000_000))
-        item = _Write(queue, body, delay_us, loop.create_future(), once)
+        item = _Write(queue, body, delay_us, loop.create_future(), check_task_key(task_key), once)
         if state.sender is None and not state.inline:
             # Nothing in flight: send this write now, from this task (no hop).
             state.inline = True
@@ -195,7 +198,7 @@ class AsyncMessages:
             state.sender = None
 
     async def _commit(self, batch: list[_Write]) -> list[int]:
-        items = [(item.queue, item.body, item.delay_us, item.once) for item in batch]
+        items = [(item.queue, item.body, item.delay_us, item.task_key, item.once) for item in batch]
         backoff = ConflictBackoff(self.runner.where)
         while True:
             try:

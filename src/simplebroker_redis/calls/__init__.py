@@ -14,7 +14,8 @@ The builders live by concern: :mod:`.base` (the :class:`Call` and shared
 argument helpers), :mod:`.queues` (namespace, writes, reads, probes,
 deletes), :mod:`.leases` (reservations), :mod:`.journal` (dead letters),
 :mod:`.schedules` (Taskiq schedules), :mod:`.celery` (the Celery
-integration) and :mod:`.operations` (metrics, dashboard, worker beats).
+integration), :mod:`.operations` (metrics, dashboard, worker beats) and
+:mod:`.tasks` (the task index, tasks in flight, task statistics).
 This package only re-exports them, so every call reads ``calls.<name>(...)``.
 """
 
@@ -70,6 +71,7 @@ from .queues import (
     write_batch,
 )
 from .schedules import schedule_claim, schedule_list, schedule_sent
+from .tasks import running, task_find, task_stats, task_stats_read
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",
@@ -114,6 +116,7 @@ __all__ = [
     "renewal",
     "reserve",
     "reserve_queues",
+    "running",
     "resync",
     "schedule_claim",
     "schedule_list",
@@ -121,6 +124,9 @@ __all__ = [
     "settle",
     "stamp",
     "stats",
+    "task_find",
+    "task_stats",
+    "task_stats_read",
     "vacuum",
     "worker_beat",
     "write",

@@ -113,11 +113,14 @@ def write(
     keep_newest: int = 0,
     delay_us: int = 0,
     maintenance: str = "",
+    task_key: str = "",
     once: Dedupe | None = None,
 ) -> Call[int]:
     """``write.lua``: one message (optionally delayed, or trimming the queue); its ID.
 
-    ``once``: the write's idempotency key (see :func:`dedupe`).
+    ``task_key`` indexes the message under a framework's task id
+    (:func:`~simplebroker_redis.tasks.index_key`; '' for none). ``once``:
+    the write's idempotency key (see :func:`dedupe`).
     """
     args: tuple[object, ...] = (
         queue,
@@ -126,36 +129,46 @@ def write(
         keep_newest,
         delay_us,
         maintenance,
+        task_key,
     )
     if once is None:
         return Call(int, "write", args)
     return Call(int, "write", (*args, once.window_ms), extra_keys=(once.key,))
 
 
-def write_batch(
-    candidate: int, items: Sequence[tuple[str, str, int, Dedupe | None]]
-) -> Call[list[int]]:
+#: One message of a group commit: (queue, body, delay in us[, task index
+#: key[, idempotency key]]).
+BatchItem = (
+    tuple[str, str, int] | tuple[str, str, int, str] | tuple[str, str, int, str, Dedupe | None]
+)
+
+
+def write_batch(candidate: int, items: Sequence[BatchItem]) -> Call[list[int]]:
     """``write_batch.lua``: several messages, all or nothing.
 
-    Each item is (queue, body, delay in us, idempotency key or None; see
-    :func:`dedupe`).
+    Each item is (queue, body, delay in us), optionally with a task index
+    key fourth ('' for none) and an idempotency key fifth (see
+    :func:`dedupe`; None for none).
     """
     args: list[object] = [format_id(candidate)]
     keys: list[str] = []
-    for queue, body, delay_us, once in items:
-        if once is None:
-            args += (queue, body, delay_us, "")
-        else:
-            args += (queue, body, delay_us, once.window_ms)
+    for item in items:
+        task_key = item[3] if len(item) > 3 else ""
+        once = item[4] if len(item) > 4 else None
+        args += (*item[:3], task_key, "" if once is None else once.window_ms)
+        if once is not None:
             keys.append(once.key)
     return Call(_ids, "write_batch", tuple(args), extra_keys=tuple(keys))
 
 
-def insert(required_last_ts: int, records: Iterable[tuple[str, str, int]]) -> Call[int]:
-    """``insert.lua``: (queue, body, exact id) messages, all or nothing."""
+def insert(
+    required_last_ts: int, records: Iterable[tuple[str, str, int] | tuple[str, str, int, str]]
+) -> Call[int]:
+    """``insert.lua``: (queue, body, exact id[, task key]) messages, all or nothing."""
     args: list[object] = [format_id(required_last_ts)]
-    for queue, body, message_id in records:
-        args += (queue, format_id(message_id), body)
+    for record in records:
+        queue, body, message_id = record[:3]
+        args += (queue, format_id(message_id), body, record[3] if len(record) > 3 else "")
     return Call(int, "insert", tuple(args))
 
 

@@ -34,7 +34,11 @@ class CoreBase:
         owns_runner: bool = False,
     ) -> None:
         self._config = resolve_config(config=cast("Config | None", config))
-        self._max_message_size = int(self._config["MAX_MESSAGE_SIZE"])
+        # Without a config of its own the core takes its runner's limit (the
+        # runner's config, else the environment), as every writer does.
+        self._max_message_size = (
+            runner.max_message_size if config is None else int(self._config["MAX_MESSAGE_SIZE"])
+        )
         self._runner = runner
         self._owns_runner = owns_runner
         self._stop_event = stop_event or threading.Event()

@@ -13,7 +13,7 @@ from .._sbcompat import normalize_insert_records
 from ..calls import Call
 from ..errors import ScriptConflict
 from ..retry import ConflictBackoff
-from ..validation import validate_queue_name
+from ..validation import check_task_key, validate_queue_name
 from ._base import CoreBase
 
 R = TypeVar("R")
@@ -115,6 +115,7 @@ class MessagesMixin(CoreBase):
         message: str,
         *,
         keep_newest: int | None = None,
+        task_key: str = "",
         dedupe_key: str | None = None,
         dedupe_seconds: float = calls.DEFAULT_DEDUPE_SECONDS,
     ) -> int:
@@ -123,6 +124,9 @@ class MessagesMixin(CoreBase):
         With ``keep_newest=N`` the same script leaves only the N newest
         messages of the queue pending; older pending ones become claimed.
 
+        ``task_key`` indexes the message under a framework's task id
+        (:func:`simplebroker_redis.tasks.index_key`), in the same step.
+
         ``dedupe_key`` makes the write idempotent: if a write with the same
         key stored its message within the last ``dedupe_seconds``, nothing
         is stored and that write's ID is returned. A write that failed with
@@ -130,6 +134,7 @@ class MessagesMixin(CoreBase):
         """
         keep = validate_keep_newest(keep_newest)
         validate_queue_name(queue)
+        check_task_key(task_key)
         once = (
             None
             if dedupe_key is None
@@ -145,6 +150,7 @@ class MessagesMixin(CoreBase):
                 candidates[0],
                 keep_newest=keep or 0,
                 maintenance=self._maintenance_spec(),
+                task_key=task_key,
                 once=once,
             ),
         )
@@ -176,9 +182,16 @@ class MessagesMixin(CoreBase):
         self._record_activity(1)
         return committed
 
-    def insert_messages(self, records: Iterable[tuple[str, str, int | str]]) -> None:
-        """Insert pending messages with exact IDs, all or nothing."""
+    def insert_messages(
+        self, records: Iterable[tuple[str, str, int | str]], *, task_keys: Sequence[str] = ()
+    ) -> None:
+        """Insert pending messages with exact IDs, all or nothing.
+
+        ``task_keys``, when given, names the task index key of each record
+        ('' for none), in order (:func:`simplebroker_redis.tasks.index_key`).
+        """
         self._guard("insert_messages")
+        keys = [check_task_key(key) for key in task_keys]
         normalized, required = normalize_insert_records(
             records,
             validate_queue_name=lambda queue: None if validate_queue_name(queue) else None,
@@ -186,7 +199,13 @@ class MessagesMixin(CoreBase):
         )
         if not normalized or required is None:
             return
-        self._run(calls.insert(required, normalized))
+        if keys and len(keys) != len(normalized):
+            raise ValueError("give one task key per record, or none")
+        if keys:
+            keyed = [(*record, key) for record, key in zip(normalized, keys, strict=True)]
+            self._run(calls.insert(required, keyed))
+        else:
+            self._run(calls.insert(required, normalized))
         self._clock.observe(required)
         self._record_activity(len(normalized))
 

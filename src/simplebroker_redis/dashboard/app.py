@@ -1,34 +1,38 @@
 """The dashboard's ASGI application (Starlette): pages, JSON, live events, actions.
 
-Routes:
+Routes (relative to ``root_path``, which a reverse proxy that serves the
+dashboard under a prefix sets; see ``docs/dashboard.md``):
 
-- ``GET /``: the page (``static/index.html``; plain HTML, CSS and JavaScript
-  shipped in the wheel, no build step), ``GET /static/...``;
+- ``GET /``: the page (``static/``: plain HTML, CSS and JavaScript shipped
+  in the wheel, no build step; every URL in it is relative, so it works
+  under any prefix); ``GET /?token=...`` logs in (see :mod:`.access`);
+- ``GET /api/session``: the namespace, the mode, and for a logged-in page
+  of a dashboard with actions the CSRF token its actions carry;
 - ``GET /api/state``: one reading of the namespace (see :mod:`.live`);
-- ``GET /api/events``: the same as server-sent events, a new one whenever
-  the namespace changed (driven by the queues' wake-ups);
-- ``GET /api/queues/<queue>``: a queue's messages per state (``inspect.lua``)
-  with the worker holding each reserved one, and for a dead-letter queue
-  the journal's reason and delivery count;
-- ``POST /api/dead-letters/<queue>/requeue`` (JSON ``{"target": ...,
-  "ids": [...] or null}``) and ``POST /api/dead-letters/<queue>/purge``:
-  each one script (``dead_letter_requeue.lua``, ``delete_queues.lua``), so
-  each is all or nothing. Refused (403) unless the server was started with
-  actions allowed, and unless the request carries the header
-  ``X-Dashboard-Action: 1`` (a page of another site cannot send it without
-  the browser asking first, and this server never says yes).
+- ``GET /api/events``: server-sent events: ``state`` (the namespace, on
+  every change) and ``tasks`` (tasks in flight and the task statistics of
+  the last hour, when they change), driven by the queues' wake-ups;
+- ``GET /api/queues/<queue>``: a queue's messages per state;
+- ``GET /api/tasks/find?id=<id>``: a task by its framework's id (or a
+  message ID), wherever it is (see :mod:`.tasks`);
+- ``GET /api/tasks/running``, ``GET /api/tasks/dead``: tasks in flight;
+  dead letters with their task names and errors;
+- ``GET /api/tasks/stats?minutes=60&name=<task>``: per-minute task
+  statistics (every name, or one) and each name's summary;
+- ``POST /api/dead-letters/<queue>/requeue`` (retry: ``{"target": ...,
+  "ids": [...] or null}``), ``.../delete`` (``{"ids": [...]}``) and
+  ``.../purge``: each one script, so all or nothing; refused unless
+  :meth:`.access.Access.action_refusal` lets them through.
 
-With a token, every request must carry it (``Authorization: Bearer``, or
-the cookie that ``/?token=...`` sets). Nothing sent to a page names the
-server's address or password: pages see the namespace name only.
+Nothing sent to a page names the server's address or password.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any, Final
@@ -47,17 +51,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..aio.runner import AsyncRedisRunner
-from ..calls import delete_queues
-from ..calls.operations import MAX_INSPECT, dead_letter_requeue, inspect
-from ..types import QueueView
+from ..calls.operations import MAX_INSPECT, inspect
+from ..calls.tasks import task_stats_read
+from ..tasks.summary import names_table, series
 from ..validation import validate_queue_name
+from .access import COOKIE, Access
+from .actions import perform, queue_json
 from .live import LiveState, read_state, state_json
-
-#: Name of the cookie that carries the token after ``/?token=...``.
-COOKIE: Final[str] = "sbr_dashboard"
-
-#: Header every action must carry.
-ACTION_HEADER: Final[str] = "x-dashboard-action"
+from .tasks import Reader
 
 #: Most seconds the stop waits for the reader and the pools to close.
 SHUTDOWN_SECONDS: Final[float] = 5.0
@@ -65,65 +66,78 @@ SHUTDOWN_SECONDS: Final[float] = 5.0
 #: Seconds between comment lines on an idle event stream (keeps proxies open).
 KEEPALIVE_SECONDS: Final[float] = 15.0
 
+#: Most minutes a statistics request reads (the records' retention).
+MAX_MINUTES: Final[int] = 480
+
+#: Longest task id a search takes.
+MAX_QUERY: Final[int] = 256
+
 STATIC = resources.files("simplebroker_redis") / "dashboard" / "static"
 
+Handler = Callable[[Request], Awaitable[Response]]
 
-def _token_of(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return header[7:].strip()
-    return request.cookies.get(COOKIE)
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
 
 
 class _Dashboard:
     """The handlers of one dashboard (see the module docstring)."""
 
-    def __init__(
-        self, runner: AsyncRedisRunner, *, allow_actions: bool, token: str | None, refresh: float
-    ) -> None:
+    def __init__(self, runner: AsyncRedisRunner, access: Access, refresh: float) -> None:
         self.runner = runner
+        self.access = access
         self.live = LiveState(runner, refresh=refresh)
         self.namespace = runner.keys.namespace
-        self.allow_actions = allow_actions
-        self.token = token
 
-    def allowed(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        given = _token_of(request)
-        return given is not None and hmac.compare_digest(given, self.token)
-
-    def guarded(
-        self, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(self, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
-            if not self.allowed(request):
-                return PlainTextResponse("a token is required", status_code=401)
+            if not self.access.logged_in(request):
+                headers = self.access.challenge()
+                return PlainTextResponse("log in first", status_code=401, headers=headers)
             return await handler(request)
 
         return run
 
     async def index(self, request: Request) -> Response:
+        access = self.access
         given = request.query_params.get("token")
-        if self.token is not None and given is not None:
-            if not hmac.compare_digest(given, self.token):
+        if access.token is not None and given is not None:
+            if not secrets.compare_digest(given, access.token):
                 return PlainTextResponse("wrong token", status_code=401)
-            response = RedirectResponse("/", status_code=303)
-            response.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+            root = request.scope.get("root_path", "") or ""
+            response = RedirectResponse(root + "/", status_code=303)
+            response.set_cookie(
+                COOKIE, given, httponly=True, samesite="strict", path=root + "/" if root else "/"
+            )
             return response
-        if not self.allowed(request):
-            return PlainTextResponse("a token is required: open /?token=<token>", status_code=401)
+        if not access.logged_in(request):
+            hint = "open /?token=<token> once" if access.token else "log in"
+            return PlainTextResponse(
+                f"a login is required: {hint}", status_code=401, headers=access.challenge()
+            )
         with resources.as_file(STATIC / "index.html") as path:
             return FileResponse(path, headers={"cache-control": "no-store"})
 
+    async def session(self, request: Request) -> Response:
+        access = self.access
+        body: dict[str, Any] = {
+            "namespace": self.namespace,
+            "actions": access.allow_actions and access.login_required,
+            "login": "token" if access.token else "basic" if access.basic else None,
+        }
+        if body["actions"]:
+            body["csrf"] = access.csrf
+        return JSONResponse(body, headers={"cache-control": "no-store"})
+
     async def state(self, request: Request) -> Response:
         body = state_json(await read_state(self.runner), self.namespace)
-        body["actions"] = self.allow_actions
+        body["actions"] = self.access.allow_actions
         return JSONResponse(body)
 
     async def events(self, request: Request) -> Response:
         queue = self.live.subscribe()
-        hello = json.dumps({"actions": self.allow_actions})
+        hello = json.dumps({"actions": self.access.allow_actions and self.access.login_required})
 
         async def stream() -> AsyncIterator[str]:
             try:
@@ -131,11 +145,11 @@ class _Dashboard:
                 while True:
                     try:
                         async with asyncio.timeout(KEEPALIVE_SECONDS):
-                            data = await queue.get()
+                            kind, data = await queue.get()
                     except TimeoutError:
                         yield ": keep-alive\n\n"
                         continue
-                    yield f"event: state\ndata: {data}\n\n"
+                    yield f"event: {kind}\ndata: {data}\n\n"
             finally:
                 self.live.unsubscribe(queue)
 
@@ -153,29 +167,59 @@ class _Dashboard:
             if not 1 <= limit <= MAX_INSPECT:
                 raise ValueError(f"limit must be 1 to {MAX_INSPECT}")
         except (ValueError, TypeError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return _error(str(exc), 400)
         reading = await read_state(self.runner)
         dead = name in reading.dead_letter_queues
         view = await self.runner.run(inspect(name, limit, journal=dead))
         holders = state_json(reading, self.namespace)["holders"]
-        return JSONResponse(_queue_json(name, dead, view, holders, reading.now_us))
+        return JSONResponse(queue_json(name, dead, view, holders, reading.now_us))
+
+    async def reader(self) -> Reader:
+        return Reader(self.runner, await read_state(self.runner))
+
+    async def find(self, request: Request) -> Response:
+        query = request.query_params.get("id", "").strip()
+        if not query or len(query) > MAX_QUERY:
+            return _error(f"give the task's id (1 to {MAX_QUERY} characters): ?id=...", 400)
+        return JSONResponse(await (await self.reader()).find(query))
+
+    async def running(self, request: Request) -> Response:
+        return JSONResponse(await (await self.reader()).running())
+
+    async def dead(self, request: Request) -> Response:
+        return JSONResponse(await (await self.reader()).dead_letters())
+
+    async def stats(self, request: Request) -> Response:
+        try:
+            minutes = int(request.query_params.get("minutes", "60"))
+            if not 1 <= minutes <= MAX_MINUTES:
+                raise ValueError(f"minutes must be 1 to {MAX_MINUTES}")
+        except ValueError as exc:
+            return _error(str(exc), 400)
+        name = request.query_params.get("name", "")
+        reading = await read_state(self.runner)
+        last = reading.now_us // 60_000_000
+        page = await self.runner.run(task_stats_read(last - minutes + 1, last))
+        return JSONResponse(
+            {
+                "name": name,
+                **series(page, last - minutes + 1, last, name),
+                "names": names_table(page),
+            }
+        )
 
     async def act(self, request: Request) -> Response:
-        if not self.allow_actions:
-            return JSONResponse(
-                {"error": "actions are off: start the dashboard with --allow-actions"},
-                status_code=403,
-            )
-        if request.headers.get(ACTION_HEADER) != "1":
-            return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, status_code=403)
+        refusal = self.access.action_refusal(request)
+        if refusal is not None:
+            return _error(refusal, 403)
         name, action = request.path_params["queue"], request.path_params["action"]
         try:
-            body = await request.json() if action == "requeue" else {}
+            body = await request.json() if action in ("requeue", "delete") else {}
             if not isinstance(body, dict):
                 raise ValueError("the request body must be a JSON object")
-            done = await _perform(self.runner, name, action, body)
+            done = await perform(self.runner, name, action, body)
         except (ValueError, TypeError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return _error(str(exc), 400)
         self.live.changed()
         return JSONResponse(done)
 
@@ -185,10 +229,11 @@ def create_app(
     *,
     allow_actions: bool = False,
     token: str | None = None,
+    basic: tuple[str, str] | None = None,
     refresh: float = 2.0,
 ) -> Starlette:
     """Return the dashboard of ``runner``'s namespace (an ASGI application)."""
-    board = _Dashboard(runner, allow_actions=allow_actions, token=token, refresh=refresh)
+    board = _Dashboard(runner, Access(token, basic, allow_actions), refresh)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -201,94 +246,20 @@ def create_app(
                     await board.live.close()
                     await runner.aclose()
 
+    guarded = board.guarded
     routes = [
         Route("/", board.index),
-        Route("/api/state", board.guarded(board.state)),
-        Route("/api/events", board.guarded(board.events)),
-        Route("/api/queues/{queue}", board.guarded(board.queue_view)),
-        Route("/api/dead-letters/{queue}/{action:str}", board.guarded(board.act), methods=["POST"]),
+        Route("/api/session", guarded(board.session)),
+        Route("/api/state", guarded(board.state)),
+        Route("/api/events", guarded(board.events)),
+        Route("/api/queues/{queue}", guarded(board.queue_view)),
+        Route("/api/tasks/find", guarded(board.find)),
+        Route("/api/tasks/running", guarded(board.running)),
+        Route("/api/tasks/dead", guarded(board.dead)),
+        Route("/api/tasks/stats", guarded(board.stats)),
+        Route("/api/dead-letters/{queue}/{action:str}", guarded(board.act), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.live = board.live
     return app
-
-
-async def _perform(
-    runner: AsyncRedisRunner, queue: str, action: str, body: dict[str, Any]
-) -> dict[str, Any]:
-    """Run one action (one script); raise ValueError for bad input, before any change."""
-    validate_queue_name(queue)
-    if action == "purge":
-        deleted = await runner.run(delete_queues([queue]))
-        return {"action": "purge", "queue": queue, "deleted": deleted}
-    if action != "requeue":
-        raise ValueError(f"unknown action {action!r}")
-    target = body.get("target")
-    if not isinstance(target, str):
-        raise ValueError("requeue needs a target queue")
-    validate_queue_name(target)
-    raw = body.get("ids")
-    ids = None if raw is None else _message_ids(raw)
-    moved = await runner.run(dead_letter_requeue(queue, target, ids))
-    return {"action": "requeue", "queue": queue, "target": target, "moved": moved}
-
-
-def _message_ids(raw: object) -> list[int]:
-    """Return the IDs of a request: digit strings, or integers.
-
-    Pages send strings: JavaScript's numbers lose 19-digit IDs.
-    """
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("ids must be a non-empty list of message ids, or null for all")
-    ids = []
-    for item in raw:
-        if isinstance(item, str) and item.isdigit():
-            ids.append(int(item))
-        elif isinstance(item, int) and not isinstance(item, bool):
-            ids.append(item)
-        else:
-            raise ValueError(f"not a message id: {item!r}")
-    return ids
-
-
-def _queue_json(
-    name: str, dead: bool, view: QueueView, holders: dict[str, str], now_us: int
-) -> dict[str, Any]:
-    journal = {entry.id: entry for entry in view.journal}
-    states = {}
-    for part in view.states:
-        messages = []
-        for message in part.messages:
-            item: dict[str, Any] = {
-                # As a string too: JavaScript numbers lose IDs above 2**53.
-                "id": str(message.id),
-                "body": message.body,
-                "size": message.size,
-                "deliveries": message.deliveries,
-            }
-            if part.state == "delayed" and message.until_us is not None:
-                item["due_in"] = (message.until_us - now_us) / 1e6
-            if part.state == "reserved":
-                item["holder"] = holders.get(message.token, "")
-                item["token"] = message.token
-                if message.until_us is not None:
-                    item["lease_expires_in"] = (message.until_us - now_us) / 1e6
-            if dead:
-                entry = journal.get(message.id)
-                if entry is not None:
-                    item["reason"] = f"delivered {entry.deliveries} times (max deliveries)"
-                    item["source"] = entry.queue
-                    item["deliveries"] = max(message.deliveries, entry.deliveries)
-                else:
-                    # The journal keeps only unreported entries (a Taskiq worker
-                    # reports each at once); a rejected message never had one.
-                    item["reason"] = "rejected by its worker, or dead-lettered and reported"
-            messages.append(item)
-        states[part.state] = {"count": part.count, "messages": messages}
-    return {"queue": name, "dead_letter": dead, "states": states, "requeue_to": _source(name)}
-
-
-def _source(name: str) -> str:
-    """Return the queue a dead-letter queue's messages most likely came from."""
-    return name.removesuffix(".dead") if name.endswith(".dead") else ""

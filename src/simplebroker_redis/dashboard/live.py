@@ -6,8 +6,13 @@ makes a message pending, delayed or released publishes there; see
 :mod:`..aio.activity`), and at least every ``refresh`` seconds, for what
 publishes nothing (acknowledgements, new queues, workers' beats). Each
 reading that differs from the last goes to every connected page as a
-server-sent event; pages never poll. Readings are at most ``min_gap``
-seconds apart, so a burst of wake-ups costs one read.
+server-sent event (``state``); pages never poll. Readings are at most
+``min_gap`` seconds apart, so a burst of wake-ups costs one read.
+
+With a reading, at most once a second, go the tasks in flight
+(``running.lua``) and, read at most every 2.5 s, the last hour of task
+statistics (``task_stats_read.lua``): a ``tasks`` event when they changed,
+so the page's "running now" and its task charts follow without a reload.
 """
 
 from __future__ import annotations
@@ -21,8 +26,12 @@ from typing import Any, Final
 from ..aio.activity import AsyncActivity
 from ..aio.runner import AsyncRedisRunner
 from ..calls import depths
+from ..calls.tasks import task_stats_read
 from ..observe import NamespaceState, combine
+from ..queue_names import shown_queue
+from ..tasks.summary import names_table, series
 from ..types import Snapshot
+from .tasks import Reader
 
 logger = logging.getLogger("simplebroker_redis.dashboard")
 
@@ -34,6 +43,22 @@ MIN_GAP_SECONDS: Final[float] = 0.25
 
 #: Events a slow page may fall behind by before it misses some.
 CLIENT_BACKLOG: Final[int] = 8
+
+#: Least seconds between two readings of the tasks in flight.
+TASKS_GAP_SECONDS: Final[float] = 1.0
+
+#: Least seconds between two readings of the task statistics: processes send
+#: theirs every 5 s, and an hour of records of many task names is not small.
+STATS_GAP_SECONDS: Final[float] = 2.5
+
+#: Tasks in flight a ``tasks`` event lists.
+RUNNING_SENT: Final[int] = 100
+
+#: Minutes of task statistics a ``tasks`` event carries.
+STATS_MINUTES: Final[int] = 60
+
+#: One event for a page: (event name, JSON data).
+Event = tuple[str, str]
 
 
 async def read_state(runner: AsyncRedisRunner, page_size: int = 0) -> NamespaceState:
@@ -65,6 +90,8 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
         queues.append(
             {
                 "name": depth.queue,
+                # A framework's name stored escaped (taskiq:queue), as its users wrote it.
+                "shown": shown_queue(depth.queue),
                 "pending": depth.pending,
                 "reserved": depth.reserved,
                 "delayed": depth.delayed,
@@ -95,6 +122,14 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
     }
 
 
+async def stats_json(runner: AsyncRedisRunner, reading: NamespaceState) -> dict[str, Any]:
+    """Return the last hour's task statistics as a ``tasks`` event carries them."""
+    last = reading.now_us // 60_000_000
+    first = last - STATS_MINUTES + 1
+    page = await runner.run(task_stats_read(first, last))
+    return {**series(page, first, last), "names": names_table(page)}
+
+
 def _totals(counters: dict[str, dict[str, int]]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for events in counters.values():
@@ -116,23 +151,28 @@ class LiveState:
         self._runner = runner
         self._refresh = refresh
         self._min_gap = min_gap
-        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._subscribers: set[asyncio.Queue[Event]] = set()
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
-        self.last: str | None = None  #: the last event's data (JSON)
+        self.last: str | None = None  #: the last state event's data (JSON)
+        self.last_tasks: str | None = None  #: the last tasks event's data (JSON)
+        self._tasks_read = self._stats_read = 0.0
+        self._stats: dict[str, Any] = {}
         self.reads = 0  #: readings made (tests)
 
-    def subscribe(self) -> asyncio.Queue[str]:
-        """Return a queue of events for one page (the last reading first)."""
-        queue: asyncio.Queue[str] = asyncio.Queue(CLIENT_BACKLOG)
+    def subscribe(self) -> asyncio.Queue[Event]:
+        """Return a queue of events for one page (the last readings first)."""
+        queue: asyncio.Queue[Event] = asyncio.Queue(CLIENT_BACKLOG)
         if self.last is not None:
-            queue.put_nowait(self.last)
+            queue.put_nowait(("state", self.last))
+        if self.last_tasks is not None:
+            queue.put_nowait(("tasks", self.last_tasks))
         self._subscribers.add(queue)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-live")
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Event]) -> None:
         """Stop sending events to ``queue``."""
         self._subscribers.discard(queue)
 
@@ -166,6 +206,8 @@ class LiveState:
                         await activity.start()
                         watched = names
                     self._publish(json.dumps(state_json(state, self._runner.keys.namespace)))
+                    if loop.time() - self._tasks_read >= TASKS_GAP_SECONDS:
+                        await self._read_tasks(state, loop.time())
                 except Exception as exc:  # noqa: BLE001 - the reader outlives outages
                     logger.warning("could not read the namespace: %s", exc)
                     self._publish(json.dumps({"error": "the server could not be read"}))
@@ -174,6 +216,15 @@ class LiveState:
         finally:
             if activity is not None:
                 await activity.close()
+
+    async def _read_tasks(self, state: NamespaceState, now: float) -> None:
+        """Publish the tasks in flight, and the statistics read at most every few seconds."""
+        self._tasks_read = now
+        if now - self._stats_read >= STATS_GAP_SECONDS:
+            self._stats_read = now
+            self._stats = await stats_json(self._runner, state)
+        running = await Reader(self._runner, state).running(RUNNING_SENT)
+        self._publish(json.dumps({"running": running, "stats": self._stats}), "tasks")
 
     async def _wait(self, activity: AsyncActivity | None) -> None:
         """Return on a wake-up, an action of the dashboard, or after ``refresh`` seconds."""
@@ -188,12 +239,17 @@ class LiveState:
             task.cancel()
         del done
 
-    def _publish(self, data: str) -> None:
-        if data == self.last:
-            return
-        self.last = data
+    def _publish(self, data: str, kind: str = "state") -> None:
+        if kind == "state":
+            if data == self.last:
+                return
+            self.last = data
+        else:
+            if data == self.last_tasks:
+                return
+            self.last_tasks = data
         for queue in list(self._subscribers):
-            if queue.full():  # a page that stopped reading gets the newest state only
+            if queue.full():  # a page that stopped reading gets the newest events only
                 with contextlib.suppress(asyncio.QueueEmpty):
                     queue.get_nowait()
-            queue.put_nowait(data)
+            queue.put_nowait((kind, data))

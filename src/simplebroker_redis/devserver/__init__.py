@@ -21,9 +21,11 @@ from simplebroker_redis.devserver._sentinel import DevSentinel, DevSentinelGroup
 from simplebroker_redis.devserver._server import (
     SERVER_ENV,
     DevServer,
+    PortInUse,
     free_port,
     free_ports,
     main,
+    port_in_use,
     server_binary,
 )
 
@@ -37,10 +39,12 @@ __all__ = [
     "DevSentinel",
     "DevSentinelGroup",
     "DevServer",
+    "PortInUse",
     "TlsFiles",
     "free_port",
     "free_ports",
     "main",
+    "port_in_use",
     "server_binary",
     "wait_for",
 ]

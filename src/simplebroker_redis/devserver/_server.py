@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -104,6 +105,37 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def port_in_use(port: int) -> bool:
+    """Return whether a process listens on (or has bound) TCP ``port`` of 127.0.0.1.
+
+    With ``SO_REUSEADDR``, as the server binds: a port whose last connections
+    linger in TIME_WAIT is free for a server and must not count as taken.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+class PortInUse(RuntimeError):
+    """The port a caller gave a server is held by another process (never moved)."""
+
+    def __init__(self, port: int, holder: str = "another process") -> None:
+        super().__init__(f"port {port} on 127.0.0.1 is already in use by {holder}")
+        self.port = port
+
+
+def _info_field(reply: bytes, name: bytes) -> bytes | None:
+    """Return the value of field ``name`` of an INFO reply (None when absent)."""
+    for line in reply.splitlines():
+        if line.startswith(name + b":"):
+            return line.split(b":", 1)[1].strip()
+    return None
+
+
 class DevServer:
     """One server process with its own port or unix socket and data dir."""
 
@@ -165,8 +197,13 @@ class DevServer:
 
         A port this server chose itself may be taken by another process between
         the choice and the server's bind; the server then exits at once, and it
-        starts again on another port (a few times) instead of failing.
+        starts again on another port (a few times) instead of failing. A port
+        the caller gave is never moved: :class:`PortInUse` when it is taken.
+        The server that answers must be this process: another server holding
+        the port answers PING too, and is never taken for this one.
         """
+        if not self._own_port and not self.socket_path and port_in_use(self.port):
+            raise PortInUse(self.port)
         deadline = time.monotonic() + timeout
         for attempt in range(1, START_ATTEMPTS + 1):
             log_start = self._log_size()
@@ -176,20 +213,37 @@ class DevServer:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    break
-                if self.ping():
-                    return self
-                time.sleep(0.02)
-            else:
-                self.kill()
-                raise RuntimeError(f"server did not answer within {timeout}s")
-            last = attempt == START_ATTEMPTS
-            if last or not (self._own_port and self._port_was_taken(log_start)):
+            ready, stranger = self._wait_answer(deadline, timeout)
+            if ready:
+                return self
+            self.kill()  # exited by itself, or about to (another server holds its port)
+            taken = stranger is not None or self._port_was_taken(log_start)
+            if taken and not self._own_port:
+                raise PortInUse(self.port, stranger or "another process")
+            if not taken or attempt == START_ATTEMPTS:
                 raise RuntimeError(f"server exited early; see {self._log_path()}")
             self.port = free_port()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait_answer(self, deadline: float, timeout: float) -> tuple[bool, str | None]:
+        """Wait until this process answers PING: (True, None); or (False, why not).
+
+        (False, None): the process exited. (False, "another server (pid N)"):
+        a different server answered on this port, which this process then
+        fails to bind.
+        """
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False, None
+            if self.ping():
+                holder = None if self.socket_path else self._answering_pid()
+                if holder is None or holder == self.process.pid:
+                    return True, None
+                return False, f"another server (pid {holder})"
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"server did not answer within {timeout}s")
 
     def _log_path(self) -> Path:
         return Path(self.data_dir, "server.log")
@@ -209,20 +263,44 @@ class DevServer:
         except OSError:
             return False
 
+    def _connect(self) -> socket.socket:
+        if self.socket_path:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(0.5)
+            sock.connect(self.socket_path)
+            return sock
+        return socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
+
     def ping(self) -> bool:
-        """Return whether the server answers PING right now."""
+        """Return whether a server answers PING on this server's address right now."""
         try:
-            if self.socket_path:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(0.5)
-                sock.connect(self.socket_path)
-            else:
-                sock = socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
-            with sock:
+            with self._connect() as sock:
                 sock.sendall(b"PING\r\n")
                 return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
+
+    def _answering_pid(self) -> int | None:
+        """Return the process ID of the server answering on this port (None: it won't say).
+
+        A password-protected server answers INFO with NOAUTH: None, and the
+        caller trusts its own process (it is alive, and its port was free).
+        """
+        try:
+            with self._connect() as sock:
+                sock.sendall(b"INFO server\r\n")
+                head, _, body = sock.recv(65536).partition(b"\r\n")
+                if not head.startswith(b"$"):
+                    return None
+                while len(body) < int(head[1:]):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return None
+                    body += chunk
+        except (OSError, ValueError):
+            return None
+        value = _info_field(body, b"process_id")
+        return int(value) if value is not None and value.isdigit() else None
 
     def stop(self, *, remove_data: bool | None = None) -> None:
         """Terminate the server (SIGTERM, then SIGKILL) and drop its temp dir."""
@@ -250,8 +328,24 @@ class DevServer:
         self.stop()
 
 
+def how_it_ended(returncode: int) -> str:
+    """Return how a process with ``returncode`` ended, in words ("killed by SIGKILL")."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exited with code {returncode}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run a server in the foreground until interrupted (used by ``make demo``)."""
+    """Run a server in the foreground until interrupted (used by ``make server``).
+
+    Exits 1, saying why on stderr, when the server cannot start (its port is
+    taken: never the URL of a server it did not start) or when it stops
+    without being asked to (killed, crashed).
+    """
     parser = argparse.ArgumentParser(
         prog="python -m simplebroker_redis.devserver", description=__doc__.splitlines()[0]
     )
@@ -272,15 +366,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    server.start()
+    try:
+        server.start()
+    except PortInUse as exc:
+        hint = "choose another with --port N (make server SERVER_PORT=N)"
+        parser.exit(1, f"{parser.prog}: error: {exc}; {hint}\n")
+    except RuntimeError as exc:
+        parser.exit(1, f"{parser.prog}: error: the server did not start: {exc}\n")
+    process = server.process
+    assert process is not None
     if args.url_file:
         Path(args.url_file).write_text(server.url + "\n", encoding="utf-8")
     print(server.url, flush=True)
     try:
-        while server.process is not None and server.process.poll() is None:
+        while process.poll() is None:
             time.sleep(0.2)
     except KeyboardInterrupt:
-        pass
+        return 0
     finally:
         server.stop(remove_data=False)
-    return 0
+    # Not asked to stop: a kill -9, a crash, a SHUTDOWN command.
+    ended = how_it_ended(process.returncode)
+    print(
+        f"{parser.prog}: the server (pid {process.pid}) stopped: {ended}; "
+        f"see {server.data_dir}/server.log",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0 if process.returncode == 0 else 1

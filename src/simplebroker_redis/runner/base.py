@@ -21,6 +21,7 @@ from ..connection import Address, Connections
 from ..keys import Keyspace
 from ..options import BackendOptions, OptionKwargs
 from ..scripts import function_name, script_sha
+from ..validation import message_size_limit
 from .attempt import Attempt
 from .durability import Durability
 
@@ -60,6 +61,9 @@ class RunnerBase:
             raise TypeError("pass options or option keywords, not both")
         self.options = options
         self.config = config
+        #: Largest message its writers accept (``BROKER_MAX_MESSAGE_SIZE`` of
+        #: ``config``, else of the environment: :func:`.message_size_limit`).
+        self.max_message_size = message_size_limit(config)
         self.connections = Connections(target, options, config)
         self.target = self.connections.target
         self.pool_timeout = self.connections.pool_timeout

@@ -1,12 +1,15 @@
 // simplebroker-redis dashboard: one EventSource, no polling, no build step.
 // Every "state" event is one reading of the namespace; rates and charts are
-// computed here from the readings the page already has.
+// computed here from the readings the page already has. Every URL is
+// relative, so the page works under a reverse proxy's prefix. tasks.js adds
+// the task views (find by id, running now, task names, dead letters).
 "use strict";
 
 const HISTORY_SECONDS = 600;  // the charts show the last ten minutes
 const history = [];           // {t, enq, ack, pending, reserved, delayed}
 let last = null;              // the previous state event
-let actions = false;
+let actions = false;          // this page may act (actions allowed, logged in)
+let csrf = "";                // the token every action carries (GET api/session)
 let openQueue = null;         // the queue shown in the detail panel
 let detailBusy = false;
 
@@ -74,7 +77,7 @@ function confirmAction(text) {
 async function post(path, body) {
   const reply = await fetch(path, {
     method: "POST",
-    headers: { "content-type": "application/json", "x-dashboard-action": "1" },
+    headers: { "content-type": "application/json", "x-csrf-token": csrf },
     body: JSON.stringify(body || {}),
   });
   const data = await reply.json().catch(() => ({}));
@@ -121,7 +124,7 @@ function renderQueues(state, rate) {
     const r = rate[q.name] || {};
     const row = el("tr", { class: "clickable" + (q.dead_letter ? " dead" : ""), dataset: { queue: q.name },
                            onclick: () => openDetail(q.name) },
-      el("td", { class: "name" }, q.name),
+      el("td", { class: "name", title: q.name }, q.shown || q.name),
       el("td", { class: "n pending" }, q.pending),
       el("td", { class: "n reserved" }, q.reserved),
       el("td", { class: "n delayed" }, q.delayed),
@@ -145,12 +148,12 @@ function renderDead(state) {
       el("button", { class: "link", onclick: () => openDetail(q.name) }, "messages"));
     if (actions) {
       buttons.append(
-        el("button", { class: "primary requeue-all", onclick: () => requeue(q.name, target.value, null) }, "Requeue all"),
+        el("button", { class: "primary requeue-all", onclick: () => requeue(q.name, target.value, null) }, "Retry all"),
         " ",
         el("button", { class: "danger purge", onclick: () => purge(q.name) }, "Purge"));
     }
     body.append(el("tr", { dataset: { queue: q.name } },
-      el("td", {}, q.name), el("td", { class: "n count" }, q.pending + q.delayed),
+      el("td", { title: q.name }, q.shown || q.name), el("td", { class: "n count" }, q.pending + q.delayed),
       el("td", {}, actions ? target : el("span", { class: "muted" }, target.value || "–")), buttons));
   }
   $("no-dead").hidden = dead.length > 0;
@@ -172,33 +175,48 @@ function renderWorkers(state) {
   $("no-workers").hidden = state.workers.length > 0;
 }
 
-function drawChart(canvas, series, colors) {
+// Lines of [t, value] points over the last `span` seconds before `now`
+// (null values leave a gap); `fmt` labels the y axis.
+function drawChart(canvas, series, colors, options = {}) {
+  const span = options.span || HISTORY_SECONDS;
+  const now = options.now ?? (history.length ? history[history.length - 1].t : 0);
+  const fmt = options.fmt || fmtRate;
   const ratio = window.devicePixelRatio || 1;
   const width = canvas.clientWidth || canvas.width, height = canvas.clientHeight || canvas.height;
   canvas.width = width * ratio; canvas.height = height * ratio;
   const ctx = canvas.getContext("2d");
   ctx.scale(ratio, ratio);
   ctx.clearRect(0, 0, width, height);
-  const now = history.length ? history[history.length - 1].t : 0;
   const left = 36, bottom = height - 16, top = 6, right = width - 6;
-  let max = 1;
-  for (const s of series) for (const [, v] of s) max = Math.max(max, v);
+  let max = options.min || 1;
+  for (const s of series) for (const [, v] of s) if (v !== null) max = Math.max(max, v);
   ctx.strokeStyle = "#e3e6ea"; ctx.fillStyle = "#6b7280"; ctx.font = "10px system-ui"; ctx.lineWidth = 1;
   for (let i = 0; i <= 2; i++) {
     const y = bottom - (bottom - top) * i / 2;
     ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(right, y); ctx.stroke();
-    ctx.fillText(fmtRate(max * i / 2), 2, y + 3);
+    ctx.fillText(fmt(max * i / 2), 2, y + 3);
   }
-  ctx.fillText("-10m", left, height - 3); ctx.fillText("now", right - 18, height - 3);
-  const x = (t) => right - (now - t) / HISTORY_SECONDS * (right - left);
+  ctx.fillText(`-${Math.round(span / 60)}m`, left, height - 3); ctx.fillText("now", right - 18, height - 3);
+  const x = (t) => right - (now - t) / span * (right - left);
   series.forEach((points, i) => {
     ctx.strokeStyle = colors[i]; ctx.lineWidth = 1.8; ctx.beginPath();
+    let drawing = false;
     points.forEach(([t, v], j) => {
+      if (v === null) { drawing = false; return; }
       const px = x(t), py = bottom - (bottom - top) * v / max;
-      if (j === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
+      if (drawing) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+      drawing = true;
+      const next = points[j + 1];
+      if ((j === 0 || points[j - 1][1] === null) && (!next || next[1] === null)) {
+        ctx.fillStyle = colors[i];  // a point alone: a dot, no line to draw
+        ctx.fillRect(px - 2, py - 2, 4, 4);
+      }
     });
     ctx.stroke();
   });
+  // What the chart shows, for tests: its points with a value, and their sum.
+  canvas.dataset.drawn = String(series.reduce((n, s) => n + s.filter(([, v]) => v).length, 0));
+  canvas.dataset.total = String(series.reduce((n, s) => n + s.reduce((m, [, v]) => m + (v || 0), 0), 0));
 }
 
 function renderCharts() {
@@ -240,6 +258,7 @@ function render(state) {
   $("updated").textContent = `updated ${new Date(state.now * 1000).toLocaleTimeString()}`;
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
   if (openQueue) refreshDetail();
+  if (window.tasksOnState) window.tasksOnState(state);
 }
 
 function messageTable(state, part, dead) {
@@ -259,7 +278,7 @@ function messageTable(state, part, dead) {
     if (dead) {
       cells.push(el("td", { class: "reason" }, m.reason || ""));
       cells.push(el("td", {}, actions ? el("button", { class: "primary requeue-one",
-        onclick: () => requeue(openQueue, requeueTarget(), [m.id], m.id) }, "Requeue") : ""));
+        onclick: () => requeue(openQueue, requeueTarget(), [m.id], m.id) }, "Retry") : ""));
     }
     body.append(el("tr", { dataset: { id: m.id } }, ...cells));
   }
@@ -276,13 +295,13 @@ async function refreshDetail() {
   if (!openQueue || detailBusy) return;
   detailBusy = true;
   try {
-    const reply = await fetch(`/api/queues/${encodeURIComponent(openQueue)}`);
+    const reply = await fetch(`api/queues/${encodeURIComponent(openQueue)}`);
     const view = await reply.json();
     if (!reply.ok) throw new Error(view.error || `HTTP ${reply.status}`);
-    $("detail-name").textContent = view.queue;
+    $("detail-name").textContent = view.shown || view.queue;
     const actionsBox = $("detail-actions");
     if (view.dead_letter && actions && !actionsBox.querySelector("input")) {
-      actionsBox.replaceChildren("Requeue to ",
+      actionsBox.replaceChildren("Retry to ",
         el("input", { type: "text", class: "target", value: view.requeue_to, "aria-label": "requeue to" }));
     } else if (!view.dead_letter) {
       actionsBox.replaceChildren();
@@ -312,35 +331,50 @@ function openDetail(name) {
 }
 
 async function requeue(queue, target, ids, label) {
-  if (!target) { toast("name the queue to requeue to", true); return; }
+  if (!target) { toast("name the queue to retry in", true); return; }
   const what = ids ? `message ${label}` : `every message of ${queue}`;
-  if (!(await confirmAction(`Requeue ${what} to ${target}? Its delivery count starts over.`))) return;
+  if (!(await confirmAction(`Retry ${what} in ${target}? Its delivery count starts over.`))) return;
   try {
-    const done = await post(`/api/dead-letters/${encodeURIComponent(queue)}/requeue`, { target, ids });
+    const done = await post(`api/dead-letters/${encodeURIComponent(queue)}/requeue`, { target, ids });
     toast(`requeued ${done.moved} message(s) to ${done.target}`);
-  } catch (error) { toast(`requeue failed: ${error.message}`, true); }
+  } catch (error) { toast(`retry failed: ${error.message}`, true); }
 }
 
 async function purge(queue) {
   if (!(await confirmAction(`Delete every message of ${queue}? This cannot be undone.`))) return;
   try {
-    const done = await post(`/api/dead-letters/${encodeURIComponent(queue)}/purge`);
+    const done = await post(`api/dead-letters/${encodeURIComponent(queue)}/purge`);
     toast(`deleted ${done.deleted} message(s) of ${queue}`);
   } catch (error) { toast(`purge failed: ${error.message}`, true); }
 }
 
+function showMode() {
+  $("mode").textContent = actions ? "actions allowed" : "read-only";
+  $("mode").className = "pill " + (actions ? "rw" : "ro");
+}
+
+async function loadSession() {
+  try {
+    const reply = await fetch("api/session");
+    const session = await reply.json();
+    csrf = session.csrf || "";
+    actions = Boolean(session.actions && csrf);
+    showMode();
+  } catch (error) { /* the event stream reports the outage */ }
+}
+
 function connect() {
-  const source = new EventSource("/api/events");
-  source.addEventListener("hello", (event) => {
-    actions = JSON.parse(event.data).actions;
-    $("mode").textContent = actions ? "actions allowed" : "read-only";
-    $("mode").className = "pill " + (actions ? "rw" : "ro");
+  const source = new EventSource("api/events");
+  source.addEventListener("hello", () => {
     $("live").textContent = "live"; $("live").className = "pill on";
   });
   source.addEventListener("state", (event) => render(JSON.parse(event.data)));
+  source.addEventListener("tasks", (event) => {
+    if (window.tasksOnTasks) window.tasksOnTasks(JSON.parse(event.data));
+  });
   source.onerror = () => { $("live").textContent = "reconnecting"; $("live").className = "pill off"; };
 }
 
 $("detail-close").addEventListener("click", () => { openQueue = null; $("detail").hidden = true; });
-window.addEventListener("resize", renderCharts);
-connect();
+window.addEventListener("resize", () => { renderCharts(); if (window.tasksRedraw) window.tasksRedraw(); });
+loadSession().then(connect);

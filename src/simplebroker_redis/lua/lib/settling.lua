@@ -1,7 +1,7 @@
 -- lib/settling.lua: finishing reserved messages of a token: 'claim' marks
 -- them consumed, 'delete' removes them, 'move' makes them pending in a
 -- target queue.
--- uses: guard, members, bulk, counters, tokens
+-- uses: guard, members, bulk, counters, tokens, tasks
 --
 -- A settlement is planned first (every read, which also refuses a
 -- wrong-typed key), then prepared (the type checks of keys written unread,
@@ -101,6 +101,7 @@ local function settle_apply(plan)
     elseif plan.mode == 'delete' then
       hdel_all(K_BODIES, done)
       hdel_all(K_DELIVERIES, done)
+      forget_tasks(done)
     else
       local moved = {}
       for i, id in ipairs(done) do moved[i] = mem(plan.target, id) end

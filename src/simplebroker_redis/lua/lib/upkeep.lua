@@ -1,6 +1,6 @@
 -- lib/upkeep.lua: promoting due delayed messages, vacuum of claimed messages,
 -- and the opportunistic upkeep and maintenance that ride on other scripts.
--- uses: guard, members, bulk, tokens, releasing, time
+-- uses: guard, members, bulk, tokens, releasing, time, tasks
 
 -- Make delayed messages whose due time has passed claimable again (up to
 -- `limit`). Returns the due time (server us, a string) of the next delayed
@@ -27,6 +27,7 @@ local function purge(key, members)
   zrem_all(key, members)
   hdel_all(K_BODIES, ids)
   hdel_all(K_DELIVERIES, ids)
+  forget_tasks(ids)
   if key == K_DELAYED then zrem_all(K_DUE, members) end
   return #members
 end

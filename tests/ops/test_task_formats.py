@@ -1,0 +1,127 @@
+"""Each integration's task format: its bodies and results read back, and its producer's index key.
+
+The formats are found through their entry points, as the dashboard finds
+them; the bodies are what each framework's producer really stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from taskiq.kicker import AsyncKicker
+
+from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis.tasks import TaskFormat, describe, task_formats
+from taskiq_simplebroker import SimpleBrokerTaskiqBroker
+
+
+def formats() -> dict[str, TaskFormat]:
+    return {fmt.framework: fmt for fmt in task_formats()}
+
+
+def test_every_integration_registers_its_format() -> None:
+    assert set(formats()) == {"taskiq", "celery", "protean"}
+
+
+def test_a_taskiq_message_and_its_results_read_back(runner: RedisRunner) -> None:
+    async def send() -> str:
+        broker = SimpleBrokerTaskiqBroker(
+            url=runner.target, namespace=runner.keys.namespace, queue="q"
+        )
+        await broker.startup()
+        try:
+            kicker = AsyncKicker(task_name="app.add", broker=broker, labels={"x": "1"})
+            return str((await kicker.kiq(1, 2, big="y" * 50_000)).task_id)
+        finally:
+            await broker.shutdown()
+
+    task_id = asyncio.run(send())
+    [body] = [b for b, _ in runner.run(calls.peek("q", limit=10))]
+    info = describe(body)
+    assert info is not None
+    assert (info.framework, info.task_id, info.name) == ("taskiq", task_id, "app.add")
+    assert info.preview.startswith('{"args": [1, 2]') and len(info.preview) <= 300
+    # A body cut short (the dashboard reads at most 16 KB of each) still names its task.
+    cut = describe(body[:200])
+    assert cut is not None and (cut.task_id, cut.name) == (task_id, "app.add")
+    found = runner.run(calls.task_find([f"taskiq:{task_id}"])).found
+    assert [location.body for location in found] == [body[: len(found[0].body)]]
+    taskiq = formats()["taskiq"]
+    ok = taskiq.outcome(json.dumps({"is_err": False, "return_value": 3, "execution_time": 0.1}))
+    assert ok is not None and (ok.state, ok.result) == ("SUCCESS", "3")
+    error = {"exc_type": "ValueError", "exc_message": ["boom"], "exc_module": "builtins"}
+    bad = taskiq.outcome(json.dumps({"is_err": True, "return_value": None, "error": error}))
+    assert bad is not None and (bad.state, bad.error) == ("FAILURE", "ValueError: boom")
+    assert taskiq.result_keys(runner.keys, task_id) == (runner.keys.result_key(task_id),)
+
+
+def test_a_celery_message_and_its_results_read_back(runner: RedisRunner) -> None:
+    from celery import Celery
+
+    import celery_simplebroker  # noqa: F401 - registers the transport
+
+    app = Celery("formats")
+    app.conf.update(
+        broker_url=f"simplebroker+{runner.target}",
+        broker_transport_options={"namespace": runner.keys.namespace},
+    )
+    try:
+        sent = app.send_task("app.mul", (6, 7), queue="celery")
+    finally:
+        app.close()
+    [body] = [b for b, _ in runner.run(calls.peek("celery", limit=10))]
+    info = describe(body)
+    assert info is not None
+    assert (info.framework, info.task_id, info.name) == ("celery", sent.id, "app.mul")
+    assert info.origin == "celery" and "(6, 7)" in info.preview
+    assert [f.id for f in runner.run(calls.task_find([f"celery:{sent.id}"])).found]
+    celery = formats()["celery"]
+    ok = celery.outcome(json.dumps({"status": "SUCCESS", "result": 42, "traceback": None}))
+    assert ok is not None and (ok.state, ok.result) == ("SUCCESS", "42")
+    meta: dict[str, Any] = {
+        "status": "FAILURE",
+        "result": {"exc_type": "KeyError", "exc_message": ["k"], "exc_module": "builtins"},
+        "traceback": "Traceback (most recent call last): ...",
+    }
+    bad = celery.outcome(json.dumps(meta))
+    assert bad is not None and (bad.state, bad.error) == ("FAILURE", "KeyError: k")
+    assert bad.traceback.startswith("Traceback")
+    key = runner.keys.celery_entry(f"celery-task-meta-{sent.id}")
+    assert celery.result_keys(runner.keys, sent.id) == (key,)
+
+
+def test_protean_log_entries_and_group_copies_read_back() -> None:
+    message = {
+        "data": {"tag": "t"},
+        "metadata": {"headers": {"id": "ops::report-1-0.1", "type": "Ops.ReportRequested.v1"}},
+    }
+    log_entry = json.dumps(message)
+    copy = f'{{"id":"1796000000000000000","message":{log_entry}}}'
+    info = describe(log_entry)
+    assert info is not None and (info.framework, info.task_id) == ("protean", None)
+    assert info.name == "Ops.ReportRequested.v1"
+    info = describe(copy)
+    assert info is not None and info.task_id == "1796000000000000000"
+    protean = formats()["protean"]
+    queues = ["p.s", "p.s--g", "p.s--g--at", "p.s--h--at", "p.other--k--at"]
+    lookups = protean.lookups("1796000000000000000", queues)
+    assert set(lookups.keys) == {
+        "protean:1796000000000000000",
+        "protean:p.s--g:1796000000000000000",
+        "protean:p.s--h:1796000000000000000",
+        "protean:p.other--k:1796000000000000000",
+    }
+    assert set(lookups.messages) == {("p.s", 1796000000000000000), ("p.other", 1796000000000000000)}
+    assert list(protean.consumers("p.s", queues)) == [
+        ("p.s--g", "p.s--g--at"),
+        ("p.s--h", "p.s--h--at"),
+    ]
+    assert protean.progress_of('{"at":"1796000000000000001"}') == 1796000000000000001
+    assert protean.source_queue("p.s--g--dead") == "p.s--g"
+
+
+def test_bodies_no_framework_wrote_are_nobodys() -> None:
+    for body in ("hello", '{"a": 1}', "\x00b:AAEC", '{"headers": {"x": 1}}', ""):
+        assert describe(body) is None, body
