@@ -208,6 +208,8 @@ def test_producer_cut_off(
 
     query = "" if timeout is None else f"?socket_timeout={timeout:g}"
     app = make_app(proxy.url() + query, namespace, str(events))
+    # No task statistics: their sender's connection would stay open through the proxy.
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "task_stats": False}
     app.send_task("record", ("warm",)).forget()
     baseline = connected_clients(server)
     proxy.blackhole()

@@ -130,6 +130,8 @@ def producer(proxy: FaultProxy, namespace: str, events: Path, retries: int) -> A
     from celeryapp import make_app
 
     app = make_app(f"{proxy.url()}?socket_timeout=1", namespace, str(events))
+    # No task statistics: their sender's connection would stay open through the proxy.
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "task_stats": False}
     app.conf.task_publish_retry_policy = {
         "max_retries": retries,
         "interval_start": 0,
