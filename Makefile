@@ -13,7 +13,7 @@ EXTRAS := dev,hiredis,taskiq,celery,protean,dramatiq
 PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \
-	demo-protean bench server clean peer-tests peer-tests-celery peer-tests-kombu \
+	demo-protean bench celery-faults server clean peer-tests peer-tests-celery peer-tests-kombu \
 	peer-tests-protean peer-tests-dramatiq demo-dramatiq dramatiq-kill-trial
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
@@ -88,6 +88,13 @@ demo-protean: install
 bench: install
 	$(PIP_INSTALL) -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
+
+# Issue 42's Celery scenarios, measured: 300 tasks per run through a fault
+# proxy, each fault CELERY_FAULT_RUNS times (3; about 20 minutes), one JSON
+# line per run (also appended to $$CELERY_FAULTS_OUT): docs/celery.md's table.
+# Not part of `make test` (its regression tests are tests/celery/test_celery_network.py).
+celery-faults: install
+	$(BIN)/python -m pytest tests/celery/scenario_faults.py -q -s $(PYTEST_ARGS)
 
 # Protean's own broker tests (its capability suite, the BLOCKING_READ tests and
 # the DLQ tests of its inline and redis providers) on our provider over Redis

@@ -32,7 +32,7 @@ from pathlib import Path
 from simplebroker_redis.devserver import DevServer
 
 #: The app the workers and the producer load (the README's quickstart, URL from the environment).
-APP = '''
+APP = """
 import os
 from celery import Celery
 import celery_simplebroker  # noqa: F401
@@ -48,7 +48,7 @@ app.conf.task_reject_on_worker_lost = True
 @app.task
 def add(a, b):
     return a + b
-'''
+"""
 
 SCHEMES = {"simplebroker": "simplebroker+redis", "redis": "redis"}
 

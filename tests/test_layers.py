@@ -80,6 +80,7 @@ LAYERS: dict[str, int] = {
     # 3: namespace lifecycle, leases, activity, async writes
     "namespace": 3,
     "leases": 3,
+    "holdings": 3,
     "activity": 3,
     "activity.outage": 3,
     "activity.memo": 3,
@@ -280,6 +281,12 @@ CELERY_LAYERS: dict[str, int] = {
     "taskstats": 1,  # runs counted per task name (Celery signals)
     "acks": 1,
     "wakeups": 1,
+    # network faults: an outage's state, results fenced by their lease,
+    # idempotent publishes, settlements deferred through an outage
+    "outage": 0,
+    "fencing": 1,
+    "publishing": 1,
+    "settlements": 1,
     # 2: what is done on the server, and its heartbeat
     "store": 2,
     # 3: when to poll
@@ -293,11 +300,12 @@ CELERY_LAYERS: dict[str, int] = {
 }
 
 TASKIQ_LAYERS: dict[str, int] = {
-    # 0: errors, message bodies and their size check, the optional middlewares
-    # (metrics, tracing)
+    # 0: errors, message bodies and their size check, which reservation holds
+    # each task, the optional middlewares (metrics, tracing)
     "errors": 0,
     "codec": 0,
     "sizing": 0,
+    "deliveries": 0,
     "metrics": 0,
     "tracing": 0,
     "taskformat": 0,  # how the dashboard reads stored tasks and results
@@ -309,6 +317,7 @@ TASKIQ_LAYERS: dict[str, int] = {
     "shards": 1,
     "eviction": 1,
     "commit": 1,
+    "sending": 1,
     "deadletters": 1,
     # 2: a worker's per-process state; 3: its listener
     "runtime": 2,
@@ -336,8 +345,9 @@ PROTEAN_LAYERS: dict[str, int] = {
     "sqlite_store": 3,
     "groups": 3,
     "inflight": 3,
-    # 4: dead letters and health reports over the groups; 5: Protean's broker
+    # 4: dead letters, health reports and reads over the groups; 5: Protean's broker
     "dlq": 4,
+    "reads": 4,
     "reports": 4,
     "broker": 5,
     "": 6,

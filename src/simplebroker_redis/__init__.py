@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .core import RedisBrokerCore
 from .errors import (
     AccessDenied,
+    OutcomeUnknown,
     Rejected,
     ReplicationTimeout,
     ReservationConflict,
@@ -46,6 +47,7 @@ __all__ = [
     "LeaseCalls",
     "LeasedMessage",
     "Leases",
+    "OutcomeUnknown",
     "Recovery",
     "RedisBackendPlugin",
     "RedisBrokerCore",

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import socket
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -67,8 +68,24 @@ DISCOVERY_TIMEOUT: Final[float] = 2.0
 #: Seconds allowed to open a TCP/unix connection.
 CONNECT_TIMEOUT: Final[float] = 5.0
 
-#: Seconds a command may take before its socket read times out.
-COMMAND_TIMEOUT: Final[float] = 60.0
+#: Seconds a command may take before its socket read times out (the URL's
+#: ``socket_timeout`` overrides it). No command of ours blocks on the server
+#: (blocking reads wait on Pub/Sub, not on the command pool), so this bounds
+#: how long a caller waits on a network that went silent: a write then fails
+#: with ``OutcomeUnknown`` after this long. Twice the server's default
+#: ``busy-reply-threshold`` (5 s): a script running longer than that makes
+#: other clients' commands answer ``BUSY`` before they time out.
+COMMAND_TIMEOUT: Final[float] = 10.0
+
+#: TCP keepalive of every TCP connection: probes after this many idle
+#: seconds, every ``KEEPALIVE_INTERVAL`` s, ``KEEPALIVE_COUNT`` unanswered
+#: ones close the socket. A pooled connection that a NAT or a firewall
+#: dropped while idle is then found dead by the pool's checkout, before a
+#: command is written into it (which would leave that command's outcome
+#: unknown). The operating system's default starts probing after 2 hours.
+KEEPALIVE_IDLE: Final[int] = 10
+KEEPALIVE_INTERVAL: Final[int] = 3
+KEEPALIVE_COUNT: Final[int] = 3
 
 _DEFAULT_BUSY_TIMEOUT_MS: Final[int] = 5000
 
@@ -82,6 +99,22 @@ _NO_SETINFO: Final[dict[str, Any]] = (
     if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
     else {"lib_name": None, "lib_version": None}
 )
+
+
+def keepalive_options() -> dict[int, int]:
+    """Return the bounded TCP keepalive settings this platform supports (see ``KEEPALIVE_*``)."""
+    wanted = (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPALIVE", KEEPALIVE_IDLE),  # macOS's name for the idle time
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    )
+    options: dict[int, int] = {}
+    for name, value in wanted:
+        option = getattr(socket, name, None)
+        if isinstance(option, int):
+            options[option] = value
+    return options
 
 
 def _no_retry(aio: bool) -> Retry | AsyncRetry:
@@ -150,6 +183,11 @@ class Connections:
             os.environ.get(SENTINEL_PASSWORD_ENV) or None
         )
         self.redacted = redact_target(self.target)
+        #: Seconds a command's reply may take (:data:`COMMAND_TIMEOUT`), plus
+        #: what WAIT and WAITAOF may take after a write (``wait_timeout`` each).
+        self.command_timeout = COMMAND_TIMEOUT + (
+            2 * options.wait_timeout if options.durable else 0.0
+        )
         #: The namespace's hash slot (cluster routing).
         self.slot = key_slot(Keyspace.for_namespace(options.namespace).meta.encode())
         self._owner: Address | None = None  #: cluster: the slot's primary, once known
@@ -184,23 +222,25 @@ class Connections:
         kwargs: dict[str, Any] = {
             "decode_responses": True,
             "socket_connect_timeout": CONNECT_TIMEOUT,
-            "socket_timeout": COMMAND_TIMEOUT,
+            "socket_timeout": self.command_timeout,
             "retry": _no_retry(aio),
             "client_name": f"{label}:{os.getpid()}",
             **_NO_SETINFO,
         }
+        if self.spec.scheme != "unix":  # TCP options: unix sockets refuse them
+            kwargs.update(socket_keepalive=True, socket_keepalive_options=keepalive_options())
         if self._password is not None:
             kwargs["password"] = self._password
         return kwargs
 
     def _subscriber_kwargs(self, aio: bool = False) -> dict[str, Any]:
-        # A subscribed connection idles between messages: no read timeout.
-        # RESP2: redis-py reads a RESP3 PONG on a subscribed connection as a
-        # garbled message, and the listeners rely on PING answers.
+        # A subscribed connection idles between messages: no read timeout
+        # (the listeners check it with PINGs that must be answered in time,
+        # see activity/outage.py). RESP2: redis-py reads a RESP3 PONG on a
+        # subscribed connection as a garbled message, and the listeners rely
+        # on PING answers.
         kwargs = self.client_kwargs(label="simplebroker-redis-wake", aio=aio)
         kwargs.update(socket_timeout=None, protocol=2)
-        if self.spec.scheme != "unix":  # a TCP option: unix sockets refuse it
-            kwargs["socket_keepalive"] = True
         return kwargs
 
     def _pool_kwargs(self, aio: bool = False) -> dict[str, Any]:

@@ -134,6 +134,23 @@ class ReplicationTimeout(OperationalError):
         self.result = result
 
 
+class OutcomeUnknown(OperationalError):
+    """A state change was sent, but its reply never came: it may or may not have happened.
+
+    The command left this client (the connection was open and the request
+    written), then the reply timed out (``socket_timeout``, 10 s by
+    default) or the connection broke. The server may have applied it, may
+    still apply it (a request held by the network is delivered after it
+    heals), or never received it. Not retryable as such: repeating the
+    change could apply it twice. A write that carries an idempotency key
+    (a Taskiq task ID, a Protean message ID: see ``dedupe_key``) can be
+    sent again with the same key, which never stores a second copy; for
+    anything else, read the state back to decide.
+    """
+
+    retryable = False
+
+
 class WrongType(DataError):
     """A command met a key of the wrong Redis type (the server's WRONGTYPE).
 
@@ -351,6 +368,41 @@ def _tls_failed(exc: BaseException) -> str | None:
     return None
 
 
+def _unreachable(exc: BaseException, where: str, changing: bool) -> OperationalError:
+    """Return the error of a transport failure: nothing sent, or a change's outcome unknown."""
+    not_sent = bool(_CONNECT_FAILED_RE.search(str(exc)))
+    if changing and not not_sent:
+        return OutcomeUnknown(
+            f"no reply from Redis at {where} to a change that was sent "
+            f"({type(exc).__name__}: {exc}): its outcome is unknown; it may have been "
+            "applied (a write's message may have been stored), or may still be when the "
+            "network delivers the request late"
+        )
+    return _operational(
+        f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}", retryable=not_sent
+    )
+
+
+def transient(exc: BaseException) -> bool:
+    """Return whether a later attempt may succeed: the server was unreachable, busy, or silent.
+
+    True for a retryable ``OperationalError`` and for a transport failure
+    (``OutcomeUnknown`` included: repeat only what is safe to repeat);
+    never for a refusal no retry can fix (``AccessDenied``).
+    """
+    if isinstance(exc, AccessDenied | rx.AuthenticationError):
+        return False
+    if isinstance(exc, OutcomeUnknown):
+        return True
+    if isinstance(exc, OperationalError):
+        if exc.retryable:
+            return True
+        exc = exc.__cause__ if exc.__cause__ is not None else exc
+        if isinstance(exc, rx.AuthenticationError):
+            return False
+    return isinstance(exc, rx.ConnectionError | rx.TimeoutError | OSError)
+
+
 def _tls_refusal(exc: BaseException, where: str) -> AccessDenied | None:
     """Return the refusal of a connection that failed in TLS, else None (see ``AccessDenied``).
 
@@ -372,10 +424,14 @@ def _tls_refusal(exc: BaseException, where: str) -> AccessDenied | None:
     return None
 
 
-def translate(exc: BaseException, where: str) -> BaseException:
+def translate(exc: BaseException, where: str, *, changing: bool = False) -> BaseException:
     """Return the SimpleBroker exception for a redis-py exception.
 
     ``where`` names the redacted target and namespace for the message.
+    ``changing``: the command changes state (a script that writes, a plain
+    command marked ``writes``). A transport failure after such a command
+    was sent is :class:`OutcomeUnknown`, not "cannot reach": only a
+    connection that could not be opened proves nothing was sent.
     """
     if isinstance(exc, (BrokerError, ScriptConflict)):
         return exc
@@ -407,10 +463,7 @@ def translate(exc: BaseException, where: str) -> BaseException:
     if refused is not None:
         return refused
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
-        return _operational(
-            f"cannot reach Redis at {where}: {type(exc).__name__}: {exc}",
-            retryable=bool(_CONNECT_FAILED_RE.search(str(exc))),
-        )
+        return _unreachable(exc, where, changing)
     if isinstance(exc, rx.RedisError):
         return _operational(f"Redis error at {where}: {exc}", retryable=False)
     return exc

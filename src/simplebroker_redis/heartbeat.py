@@ -1,14 +1,23 @@
 """Lease heartbeats for integrations: keep what a process holds, recover what others lost.
 
 A worker process (Taskiq, Celery, Protean) reserves messages under tokens
-(:mod:`.leases`). :class:`Holdings` counts, per token, the messages the
-process still holds; :class:`LeaseHeartbeat` is a daemon thread that every
-``heartbeat_seconds`` renews every held token in one round trip, and every
-``recover_seconds`` releases reservations whose lease expired, whoever
-held them (a dead worker's), in one round trip (the timing comes from
-:func:`~.integration.lease_timing`). The recovery script re-checks each
-token on the server, so any number of workers can recover at once;
-recovered messages publish a wake-up, so idle workers take them at once.
+(:mod:`.leases`); :class:`~.holdings.Holdings` counts, per token, the
+messages the process still holds. :class:`LeaseHeartbeat` is a daemon
+thread that every ``heartbeat_seconds`` renews every held token in one
+round trip (recording each new deadline on the server's clock), and every
+``recover_seconds`` releases reservations whose lease expired, in one round
+trip (the timing comes from :func:`~.integration.lease_timing`). The
+recovery script re-checks each token on the server, so any number of
+workers can recover at once; recovered messages publish a wake-up, so idle
+workers take them at once.
+
+A worker never recovers its own live reservations: the recovery pass names
+the tokens this process holds (``recover.lua`` leaves them alone, however
+late their renewal: after a partition the recovery request can reach the
+server before the renewal), and it runs only after a renewal succeeded
+since the last failure. What it does recover is either another worker's
+(stopped, dead, or cut off) or one this process gave up without handing
+back.
 
 The thread uses the synchronous runner (its own pool), so neither a task
 that blocks an event loop nor a loop busy with thousands of tasks can delay
@@ -22,71 +31,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from .holdings import Holdings, ServerClock, Standing
 from .integration import LeaseTiming
 from .leases import Leases
 from .runner import RedisRunner
 from .workers import Presence, notify, worker_kind
+
+__all__ = ["Holdings", "LeaseHeartbeat", "ServerClock", "Standing"]
 
 #: Seconds between attempts while the server cannot be reached.
 RETRY_SECONDS: Final[float] = 0.5
 
 #: Most expired reservations one recovery round trip releases.
 RECOVER_BATCH: Final[int] = 256
-
-
-class Holdings:
-    """Thread-safe count of the messages a process holds, per reservation token.
-
-    The process holds a token while any of its messages is neither
-    acknowledged nor handed back; the heartbeat renews exactly those tokens.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[str, int] = {}
-
-    def hold(self, token: str, count: int) -> None:
-        """Start holding ``count`` messages of a reservation."""
-        with self._lock:
-            self._open[token] = self._open.get(token, 0) + count
-
-    def let_go(self, token: str, count: int = 1) -> bool:
-        """Stop holding ``count`` messages of ``token``; False if it was not held."""
-        with self._lock:
-            left = self._open.get(token)
-            if left is None:
-                return False
-            if left <= count:
-                del self._open[token]
-            else:
-                self._open[token] = left - count
-            return True
-
-    def holds(self, token: str) -> bool:
-        """Return whether a message of ``token`` is still held."""
-        with self._lock:
-            return token in self._open
-
-    def drop(self, tokens: Iterable[str]) -> set[str]:
-        """Stop holding ``tokens`` entirely; return those that were held."""
-        with self._lock:
-            return {token for token in tokens if self._open.pop(token, None) is not None}
-
-    def busy(self) -> bool:
-        """Return whether any message is still held."""
-        return bool(self._open)
-
-    def tokens(self) -> list[str]:
-        """Return a snapshot of the held tokens."""
-        with self._lock:
-            return list(self._open)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._open)
 
 
 class LeaseHeartbeat:
@@ -161,7 +121,9 @@ class LeaseHeartbeat:
             try:
                 if leases is None:
                     leases = Leases(self._runner)  # validates the namespace once
-                if now >= next_renew:
+                # After a failure, renew before anything else: this
+                # process's leases may have run out meanwhile.
+                if now >= next_renew or self._failing:
                     self._renew(leases)
                     self.presence.beat(self._holdings.tokens(), self.renewals, self.renew_failures)
                     if self._on_beat is not None:
@@ -186,33 +148,47 @@ class LeaseHeartbeat:
             self._stop.wait(max(0.0, min(next_renew, next_recover) - time.monotonic()))
 
     def _renew(self, leases: Leases) -> None:
-        tokens = self._holdings.tokens()
+        holdings = self._holdings
+        tokens = holdings.tokens()
         if not tokens:
             return
-        gone = leases.renew(tokens, self._timing.lease_seconds)
+        lease = self._timing.lease_seconds
+        sent = time.monotonic()
+        renewal = leases.renewal(tokens, lease)
+        holdings.clock.observe(renewal.now_ns, sent)
+        holdings.renewed(
+            (token for token in tokens if token not in renewal.lost),
+            renewal.now_ns + round(lease * 1e9),
+        )
         self.renewals += 1
         notify("renewed", self.kind, len(tokens))
-        if gone:
+        if renewal.lost:
             # A token settled after the snapshot is gone too; only tokens
-            # still held were really lost (their lease expired and another
-            # process recovered them).
-            lost = self._holdings.drop(gone)
+            # still held were really lost: their lease ran out and another
+            # worker recovered them (this process's recovery spares what it
+            # holds, see the module docstring).
+            lost = holdings.drop_lost(renewal.lost)
             if lost:
                 notify("lost", self.kind, len(lost))
                 self._logger.warning(
-                    "%d reservation(s) expired before renewal (was this process paused?) and "
-                    "were recovered elsewhere: their messages may be handled again",
+                    "%d reservation(s) held here ran out before this process could renew "
+                    "them (was it stopped, or cut off from the server, longer than the %g s "
+                    "lease?) and another worker recovered them: their tasks may run there "
+                    "again, and are not started here",
                     len(lost),
+                    lease,
                 )
 
     def _recover(self, leases: Leases) -> None:
         while not self._stop.is_set():
-            recovery = leases.recover(max_tokens=RECOVER_BATCH)
+            recovery = leases.recover(max_tokens=RECOVER_BATCH, spare=self._holdings.tokens())
             if recovery.released:
                 self.recovered += recovery.released
                 notify("recovered", self.kind, recovery.released)
                 self._logger.warning(
-                    "recovered %d message(s) from %d expired reservation(s) of a stopped worker",
+                    "recovered %d message(s) from %d expired reservation(s) that no live "
+                    "holder renewed (a worker that stopped, died or lost the server, or "
+                    "reservations this process gave up)",
                     recovery.released,
                     recovery.tokens,
                 )

@@ -167,6 +167,10 @@ class Keyspace:
         """Return the key of a Taskiq result (inside the namespace hash tag)."""
         return f"{self.prefix}result:{task_id}"
 
+    def sent_key(self, key: str) -> str:
+        """Return the key recording a write's idempotency key (a string: its message ID)."""
+        return f"{self.prefix}sent:{key}"
+
     def progress_key(self, task_id: str) -> str:
         """Return the key of a Taskiq progress record."""
         return f"{self.prefix}progress:{task_id}"

@@ -138,6 +138,7 @@ class Reservations:
     commit = _Operation.of(_commit)
     release = _Operation.of(calls.release)
     renew = _Operation.of(calls.renew)
+    renewal = _Operation.of(calls.renewal)
     recover = _Operation.of(calls.recover)
     dead_letters = _Operation.of(calls.dead_letters)
     dead_letter_ack = _Operation.of(calls.dead_letter_ack)

@@ -21,9 +21,12 @@ from typing import Final
 
 from .errors import ScriptConflict
 
-#: Reconnect backoff bounds, in seconds.
+#: Reconnect backoff bounds, in seconds. The longest bounds how late a loop
+#: notices that the server is back (a worker resumes within it of a heal);
+#: at one connection attempt per loop every 2 s, an outage costs the server
+#: little.
 BACKOFF_MIN: Final[float] = 0.1
-BACKOFF_MAX: Final[float] = 5.0
+BACKOFF_MAX: Final[float] = 2.0
 
 #: Total time an ID allocation may keep meeting conflicts before failing.
 CONFLICT_BUDGET_SECONDS: Final[float] = 30.0

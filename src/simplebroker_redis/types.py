@@ -86,12 +86,40 @@ class SettleGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class Dedupe:
+    """A write's idempotency key: its Redis key and how long (ms) it is kept.
+
+    A write carrying one stores its message only if no write with the same
+    key did within the window; otherwise it changes nothing and returns the
+    first write's ID. Build it with :func:`simplebroker_redis.calls.dedupe`.
+    """
+
+    key: str
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ValueWrite:
-    """A value to ``SET`` in the ``commit`` script (a task result), expiry in ms."""
+    """A value to ``SET`` in the ``commit`` script (a task result), expiry in ms.
+
+    ``fence``: (token, message ID) of the reservation whose task produced
+    the value; ``commit`` stores it only while that token still holds that
+    message (a worker whose lease was taken over cannot overwrite the
+    result of the one that holds it now). None: stored unconditionally.
+    """
 
     key: str
     value: str
     px: int | None
+    fence: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What one ``commit`` did: results refused by their fence, and each settlement."""
+
+    refused: int  #: fenced results not stored (the token no longer held the message)
+    settlements: tuple[Settlement, ...]  #: one per settlement group, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +129,18 @@ class Recovery:
     released: int  #: live message IDs made pending again (or dead-lettered)
     tokens: int  #: expired reservations recovered
     more: bool  #: True when more expired reservations may remain
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """Outcome of a renewal: the server's time when it ran, and the tokens gone.
+
+    Every renewed lease's deadline is ``now_ns`` plus its lease, on the
+    server's clock.
+    """
+
+    now_ns: int  #: server time of the renewal (ns, microsecond precision)
+    lost: frozenset[str]  #: tokens that no longer exist (settled, released, recovered)
 
 
 # -- writes ---------------------------------------------------------------------------

@@ -113,6 +113,15 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
         time.sleep(seconds)
         return key
 
+    @app.task(shared=False, name="whoami", bind=True)
+    def whoami(self: Any, key: str, seconds: float = 0.0) -> str:
+        """``record``, returning who ran it: ``<key> <hostname> <pid>``."""
+        note(log, "start", key, self.request.hostname)
+        if seconds:
+            time.sleep(seconds)
+        note(log, "done", key, self.request.hostname)
+        return f"{key} {self.request.hostname} {os.getpid()}"
+
 
 def _signal_event(*words: object) -> None:
     """Append a worker signal's event to ``$CELERY_LOG`` (a test worker has one)."""

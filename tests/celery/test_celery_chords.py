@@ -58,6 +58,8 @@ def make_chord(app: Any, size: int, failed: int | None = None) -> tuple[list[Any
             )
         )
     return requests, backend.get_key_for_chord(gid).decode()
+
+
 def bodies(core: RedisBrokerCore) -> list[list[Any]]:
     """The args of every chord body waiting in the ``bodies`` queue."""
     return [

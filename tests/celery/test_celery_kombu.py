@@ -113,9 +113,7 @@ def test_a_requeued_message_is_back_at_once_marked_redelivered(conn):
     assert channel.basic_get("jobs") is None
 
 
-def test_a_closed_connection_hands_its_unacknowledged_messages_back_at_once(
-    redis_url, options
-):
+def test_a_closed_connection_hands_its_unacknowledged_messages_back_at_once(redis_url, options):
     with Connection(f"simplebroker+{redis_url}", transport_options=options) as holder:
         publish(holder, "jobs", "held", "buffered")
         channel = holder.channel()
@@ -149,9 +147,7 @@ def test_a_wrong_password_is_an_authentication_error_kombu_retries(make_server, 
         assert isinstance(final.value.__cause__, AuthenticationFailed)
 
 
-def test_no_password_for_a_server_that_wants_one_is_an_authentication_error(
-    make_server, namespace
-):
+def test_no_password_for_a_server_that_wants_one_is_an_authentication_error(make_server, namespace):
     server = make_server("pw", extra_args=["--requirepass", "right-one"])
     url = f"simplebroker+redis://127.0.0.1:{server.port}/0"
     with Connection(url, transport_options={"namespace": namespace}) as conn:

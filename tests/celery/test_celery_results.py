@@ -82,7 +82,9 @@ def _reserved(runner, queue: str = "tasks"):
 def _store(runner, name: str, value: str, ack):
     from simplebroker_redis import calls
 
-    return runner.run(calls.celery_store(runner.keys, name, value, None, None, guard=True, ack=ack))
+    return runner.run(
+        calls.celery_store(runner.keys, name, value, None, None, guard=True, fence=ack, ack=True)
+    )
 
 
 def _total(runner, queue: str = "tasks") -> int:
@@ -94,14 +96,46 @@ def _total(runner, queue: str = "tasks") -> int:
 def test_storing_a_result_can_delete_the_task_message_in_the_same_step(runner, raw):
     _, lease = _reserved(runner)
     ack = (lease.token, lease.messages[0].id)
-    outcome = _store(runner, "celery-task-meta-a", '{"status": "SUCCESS", "result": 1}', ack)
+    value = '{"status": "SUCCESS", "result": 1}'
+    outcome = _store(runner, "celery-task-meta-a", value, ack)
     assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 1, 0)
     assert _total(runner) == 0
-    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) is not None
-    # The same acknowledgement again (a retried store): the result is kept, nothing to delete.
-    again = _store(runner, "celery-task-meta-a", '{"status": "FAILURE"}', ack)
+    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) == value
+    # The same store again (a retry whose first reply was lost): kept, nothing to delete.
+    again = _store(runner, "celery-task-meta-a", value, ack)
     assert (again.stored, again.settlement.settled, again.settlement.lost) == (0, 0, 1)
-    assert "SUCCESS" in raw.get(runner.keys.celery_entry("celery-task-meta-a"))
+    # Another result under the settled token (a stale run): fenced, nothing stored.
+    stale = _store(runner, "celery-task-meta-a", '{"status": "FAILURE"}', ack)
+    assert (stale.stored, stale.settlement.settled, stale.settlement.lost) == (-2, 0, 1)
+    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) == value
+
+
+def test_a_fenced_result_is_stored_only_while_its_reservation_holds_the_message(runner, raw):
+    """A stale worker (its lease taken over) never overwrites the current holder's result."""
+    from simplebroker_redis import calls
+
+    leases, lease = _reserved(runner)
+    fence = (lease.token, lease.messages[0].id)
+    key = runner.keys.celery_entry("celery-task-meta-f")
+
+    def store(value: str, fenced_by: tuple[str, int]):
+        call = calls.celery_store(
+            runner.keys, "celery-task-meta-f", value, None, None, guard=True, fence=fenced_by
+        )
+        return runner.run(call)
+
+    assert store('{"status": "STARTED"}', fence).stored == 1  # held: stored, not acknowledged
+    assert _total(runner) == 1
+    leases.release(lease.token, [lease.messages[0].id])  # handed back: another worker takes it
+    heir = leases.reserve("tasks", 1, 30.0)
+    assert (
+        store('{"status": "SUCCESS", "result": "heir"}', (heir.token, heir.messages[0].id)).stored
+        == 1
+    )
+    late = store('{"status": "SUCCESS", "result": "stale"}', fence)
+    assert (late.stored, late.settlement.settled, late.settlement.lost) == (-2, 0, 1)
+    assert raw.get(key) == '{"status": "SUCCESS", "result": "heir"}'
+    assert _total(runner) == 1  # nothing acknowledged for the stale worker
 
 
 def _store_ahead(runner, name: str, ack, sources, limit: int):
@@ -114,7 +148,8 @@ def _store_ahead(runner, name: str, ack, sources, limit: int):
         None,
         None,
         guard=True,
-        ack=ack,
+        fence=ack,
+        ack=True,
         reserve_from=sources,
         reserve_limit=limit,
         lease_seconds=30.0,
@@ -224,7 +259,8 @@ def test_a_wrong_typed_result_key_refuses_before_acknowledging(runner, raw):
     assert leases.ack(lease.token, None, delete=True).settled == 1
 
 
-def test_an_expired_reservation_stores_the_result_and_reports_the_message_lost(runner):
+def test_a_result_under_a_lost_reservation_is_refused_and_acknowledges_nothing(runner, raw):
+    """The worker's lease was taken over: its late result is fenced (issue 42)."""
     _, lease = _reserved(runner)
     outcome = _store(
         runner,
@@ -232,7 +268,8 @@ def test_an_expired_reservation_stores_the_result_and_reports_the_message_lost(r
         '{"status": "SUCCESS"}',
         ("no-such-token", lease.messages[0].id),
     )
-    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 0, 1)
+    assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (-2, 0, 1)
+    assert raw.get(runner.keys.celery_entry("celery-task-meta-e")) is None
     assert _total(runner) == 1  # its own token still holds it
 
 

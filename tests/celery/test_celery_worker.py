@@ -120,8 +120,10 @@ def test_an_idle_worker_sleeps_on_wake_ups_instead_of_polling(app, start_worker,
     stats.flush()
     runner = stats.runner
     wait_for(
-        lambda: (totals := runner.run(calls.task_stats_read(0, 0, totals=True)).totals)
-        and TaskRecord.parse(totals.get("add", "")).done == 1,
+        lambda: (
+            (totals := runner.run(calls.task_stats_read(0, 0, totals=True)).totals)
+            and TaskRecord.parse(totals.get("add", "")).done == 1
+        ),
         30,
         "the worker's task statistics",
     )

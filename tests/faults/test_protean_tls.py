@@ -52,9 +52,7 @@ def test_the_provider_over_verified_tls(rediss_url: str) -> None:
         assert [i for i, _ in broker.read("tls::job", "g", 10)] == ids
         assert all(broker.ack("tls::job", identifier, "g") for identifier in ids)
         later: list[str] = []
-        publisher = threading.Timer(
-            0.3, lambda: later.append(broker.publish("tls::job", {"n": 3}))
-        )
+        publisher = threading.Timer(0.3, lambda: later.append(broker.publish("tls::job", {"n": 3})))
         publisher.start()
         started = time.monotonic()
         woke = broker.read_blocking("tls::job", "g", "c", timeout_ms=10_000)

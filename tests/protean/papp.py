@@ -11,7 +11,8 @@ configuration comes from the environment, so a worker process needs only
 
 An order's ``mode`` tells the ``Mailer`` handler what to do: ``ok``;
 ``fail`` (raise, every time); ``block`` (log ``start``, then wait until
-the file named by the order's ``customer`` exists, then finish).
+the file named by the order's ``customer`` exists, then finish);
+``sleep`` (take as many seconds as the order's ``customer`` says).
 ``Ledger`` always succeeds: it is the second consumer group.
 """
 
@@ -45,7 +46,7 @@ class OrderPlaced:
 
 def record(handler: str, event: Any, what: str) -> None:
     """Append one line to the log (O_APPEND: lines of several processes never mix)."""
-    line = {"h": handler, "id": event.order_id, "pid": os.getpid(), "what": what}
+    line = {"h": handler, "id": event.order_id, "pid": os.getpid(), "what": what, "at": time.time()}
     append_line(os.environ["PBK_LOG"], json.dumps(line))
 
 
@@ -59,6 +60,8 @@ class Mailer:
         if event.mode == "block":
             while not os.path.exists(event.customer):
                 time.sleep(0.02)  # the test creates the file when the handler may end
+        if event.mode == "sleep":
+            time.sleep(float(event.customer))
         record("mailer", event, "done")
 
 

@@ -54,7 +54,7 @@ async def test_results_acks_and_dead_letters_of_many_tasks_go_in_one_script(
     assert raw.hlen(f"sb:{{{namespace}}}:bodies") == 1
 
 
-async def test_a_lost_lease_keeps_the_result_and_the_newer_reservation(
+async def test_a_lost_lease_refuses_the_fenced_result_and_keeps_the_newer_reservation(
     arunner, raw, namespace, caplog
 ):
     lease = await reserve(arunner, "tasks", ["a"])
@@ -63,14 +63,22 @@ async def test_a_lost_lease_keeps_the_result_and_the_newer_reservation(
     await leases.release(lease.token, None)
     newer = await leases.reserve("tasks", 1, 30)
     assert newer.ids == lease.ids
-    committer = Committer(arunner)
     key = arunner.keys.result_key("late")
+    raw.set(key, "the newer holder's")
+    committer = Committer(arunner)
+    stale = ResultWrite(key, "stale", None, fence=(lease.token, lease.ids[0]))
+    unfenced = ResultWrite(arunner.keys.result_key("other"), "kept", None)
     with caplog.at_level(logging.WARNING, logger="taskiq_simplebroker"):
-        await committer.submit([ResultWrite(key, "done", None)], lease.token, lease.ids[0])
-    assert raw.get(key) == "done"
-    assert "after their lease was lost" in caplog.text
-    # The newer holder still owns the message.
+        await committer.submit([stale, unfenced], lease.token, lease.ids[0])
+    assert raw.get(key) == "the newer holder's"
+    assert raw.get(arunner.keys.result_key("other")) == "kept"  # no fence: stored
+    assert "1 result(s) not stored" in caplog.text
+    assert "1 acknowledgement(s) refused" in caplog.text
+    # The newer holder still owns the message, and its fenced result is stored.
     assert raw.hget(f"sb:{{{namespace}}}:owners", f"{lease.ids[0]:019d}") == newer.token
+    fresh = ResultWrite(key, "newer", None, fence=(newer.token, newer.ids[0]))
+    await committer.submit([fresh], newer.token, newer.ids[0])
+    assert raw.get(key) == "newer"
 
 
 async def test_an_unconfirmed_commit_is_saved_and_reported_as_unconfirmed(
@@ -90,7 +98,7 @@ async def test_an_unconfirmed_commit_is_saved_and_reported_as_unconfirmed(
     assert raw.hlen(f"sb:{{{namespace}}}:bodies") == 0  # acknowledged: gone
     assert "saving results failed, retrying" in caplog.text  # the repeats wait for replicas
     assert "acknowledged 1 task(s) on the primary, but no replica confirmed it" in caplog.text
-    assert "after their lease was lost" not in caplog.text
+    assert "refused" not in caplog.text
     assert "gave up" not in caplog.text
 
 
@@ -99,19 +107,20 @@ async def test_an_invalid_commit_is_refused_before_anything_is_written(arunner, 
     key = arunner.keys.result_key("never")
     id_arg = f"{lease.ids[0]:019d}"
     bad = [
-        [1, "v", "", lease.token, "explode", "", 1, id_arg],  # unknown mode
-        [1, "v", "", lease.token, "move", "tasks", 1, id_arg],  # move to its own queue
-        [1, "v", "", lease.token, "delete", "", 5, id_arg],  # count beyond the arguments
-        [1, "v", "-5", lease.token, "delete", "", 1, id_arg],  # bad expiry
+        [1, "v", "", "", "", lease.token, "explode", "", 1, id_arg],  # unknown mode
+        [1, "v", "", "", "", lease.token, "move", "tasks", 1, id_arg],  # move to its own queue
+        [1, "v", "", "", "", lease.token, "delete", "", 5, id_arg],  # count beyond the arguments
+        [1, "v", "-5", "", "", lease.token, "delete", "", 1, id_arg],  # bad expiry
+        [1, "v", "", lease.token, "x", lease.token, "delete", "", 1, id_arg],  # bad fence
     ]
     for args in bad:
         with pytest.raises(ValueError):
             await arunner.run(Call(list, "commit", tuple(args), extra_keys=(key,)))
         assert raw.exists(key) == 0
     # The reservation is untouched: the same commit with good arguments settles it.
-    good = (1, "v", "", lease.token, "delete", "", 1, id_arg)
+    good = (1, "v", "", lease.token, id_arg, lease.token, "delete", "", 1, id_arg)
     reply = await arunner.run(Call(list, "commit", good, extra_keys=(key,)))
-    assert [int(n) for n in reply] == [1, 0]
+    assert [int(n) for n in reply] == [0, 1, 0]
     assert raw.get(key) == "v"
 
 
@@ -144,6 +153,6 @@ async def test_a_damaged_reservation_does_not_hold_back_the_rest_of_the_batch(
         )
     assert raw.get(keys.result_key("g")) == "1"
     assert raw.get(keys.result_key("d")) == "2"
-    assert "1 task(s) finished after their lease was lost" in caplog.text
+    assert "1 acknowledgement(s) refused" in caplog.text
     # The good task is acknowledged; the damaged reservation still holds its message.
     assert raw.zrange(f"sb:{{{namespace}}}:reserved", 0, -1) == [f"tasks {damaged.ids[0]:019d}"]

@@ -32,9 +32,11 @@ def quickstart_files() -> dict[str, str]:
 
 def test_the_readme_quickstart_runs_as_written(redis_url, namespace, tmp_path, children: Children):
     files = quickstart_files()
-    files[".broker.toml"] = files[".broker.toml"].replace(
-        "redis://127.0.0.1:6379/0", redis_url
-    ).replace('namespace = "myapp"', f'namespace = "{namespace}"')
+    files[".broker.toml"] = (
+        files[".broker.toml"]
+        .replace("redis://127.0.0.1:6379/0", redis_url)
+        .replace('namespace = "myapp"', f'namespace = "{namespace}"')
+    )
     assert redis_url in files[".broker.toml"] and namespace in files[".broker.toml"]
     for name, body in files.items():
         (tmp_path / name).write_text(body, encoding="utf-8")

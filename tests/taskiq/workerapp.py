@@ -117,6 +117,15 @@ async def record(key: str, seconds: float = 0.0) -> str:
 
 
 @broker.task
+async def whoami(key: str, seconds: float = 0.0) -> str:
+    """Like ``record``, returning "<key> <pid>": which worker's result was stored."""
+    log("start", key)
+    await asyncio.sleep(seconds)
+    log("done", key)
+    return f"{key} {os.getpid()}"
+
+
+@broker.task
 async def block_loop(key: str, seconds: float) -> str:
     """Blocks the whole event loop (as careless sync code does) for ``seconds``."""
     log("start", key)

@@ -17,6 +17,7 @@ from kombu.transport import TRANSPORT_ALIASES
 
 from .errors import AuthenticationFailed, ConnectTimedOut, ServerUnreachable, UnconfirmedPublish
 from .options import FAILOVER_SCHEMES, URL_ENV, ConfigurationError, TransportOptions, storage_queue
+from .publishing import PublishOutcomeUnknown
 
 #: The kombu transport alias this package registers on import.
 TRANSPORT_ALIAS = "simplebroker"
@@ -37,6 +38,7 @@ __all__ = [
     "ServerUnreachable",
     "URL_ENV",
     "ConfigurationError",
+    "PublishOutcomeUnknown",
     "TransportOptions",
     "UnconfirmedPublish",
     "storage_queue",

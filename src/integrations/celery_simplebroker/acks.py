@@ -44,6 +44,8 @@ class Reservation:
     limit: int
     lease_seconds: float
     max_deliveries: int | None
+    #: The reserving worker (``Holdings.holder``): its own reservations are spared.
+    holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,11 @@ from .acks import Ahead, ResultAcks, holder_of
 from .chords import Chords
 from .consumer import ResultConsumer
 from .entries import decode_value, encode_value, wake_name
-from .envelope import parse_tag
+from .fencing import FENCED, Retry, fence_of, holder_mark, in_trace
 from .options import (
     BACKEND_OPTIONS,
     resolve_target,
+    retry_window,
     runner_options,
     shown_url,
     warn_unknown_options,
@@ -70,6 +71,10 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         self.consumer = ResultConsumer(self, self.runner)
         self.chords = Chords(self, self.runner)
         self._finishing = threading.local()  # the request mark_as_done is storing
+        #: Marks the messages this backend's namespace reserved (see .fencing).
+        self.mark = holder_mark(self.runner.identity)
+        #: Seconds a result's store is retried while the server cannot be reached.
+        self.retry_window = retry_window(self.app.conf)
 
     def __reduce__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         return super().__reduce__(args, {**(kwargs or {}), "url": self.url})
@@ -114,7 +119,8 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         value: str | bytes,
         *,
         guard: bool,
-        ack: tuple[str, int] | None = None,
+        fence: tuple[str, int] | None = None,
+        ack: bool = False,
         ahead: Ahead | None = None,
     ) -> CeleryStored:
         name = bytes_to_str(key)
@@ -129,6 +135,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
                 "reserve_limit": plan.limit,
                 "lease_seconds": plan.lease_seconds,
                 "max_deliveries": plan.max_deliveries,
+                "holder": plan.holder,
             }
         call = calls.celery_store(
             self.runner.keys,
@@ -137,6 +144,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
             expires_ms,
             wake,
             guard=guard,
+            fence=fence,
             ack=ack,
             **reserve,
         )
@@ -171,13 +179,8 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         """
         if request is None or request is not getattr(self._finishing, "request", None):
             return None
-        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
-        task = self.app.tasks.get(getattr(request, "task", None))
-        if not isinstance(tag, str) or task is None or not task.acks_late:
-            return None
-        try:
-            message = parse_tag(tag)
-        except ValueError:  # not one of this transport's tags
+        message = fence_of(self.app, request, self.mark)
+        if message is None:
             return None
         holder = holder_of(message[0], self.runner.identity)
         if holder is None or not holder.begin(*message):
@@ -208,23 +211,45 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         meta["task_id"] = bytes_to_str(task_id)
         key, value = self.get_key_for_task(task_id), self.encode(meta)
         holder = self._holder(request) if state == states.SUCCESS else None
-        ahead = None if holder is None else holder[0].ahead(holder[1])
-        try:
-            outcome = self._store(key, value, guard=True, ack=holder and holder[1], ahead=ahead)
-        except ReplicationTimeout as exc:
-            # Stored, acknowledged and reserved on the primary, but no
-            # replica confirmed it: the acknowledgement is recorded, and the
-            # messages reserved ahead are handed back rather than delivered.
-            done = exc.result
-            if holder is not None and isinstance(done, CeleryStored) and done.stored >= 0:
-                holder[0].confirmed(*holder[1], done.settlement)
-                holder[0].hand_back_unconfirmed(done.reserved)
-            raise
-        if holder is not None and outcome.stored >= 0:
-            holder[0].confirmed(*holder[1], outcome.settlement)
-            if ahead is not None and outcome.reserved is not None:
-                ahead.deliver(outcome.reserved)
-        if outcome.stored < 0:  # not JSON: Celery's own check
+        fence = holder[1] if holder is not None else fence_of(self.app, request, self.mark)
+        # Handed back when the store gives up: only from a prefork pool process. Where
+        # this process holds the message (solo, threads, gevent) a Reject raised from
+        # the task's run would reach Celery's consumer, not the message.
+        requeue = fence is not None and holder_of(fence[0], self.runner.identity) is None
+        retry = Retry(f"the {state} of task {task_id}", self.retry_window, requeue=requeue)
+
+        def attempt(first: bool) -> CeleryStored:
+            # A retry reserves nothing ahead: the first try may have reserved already.
+            ahead = holder[0].ahead(holder[1]) if holder is not None and first else None
+            try:
+                outcome = self._store(
+                    key, value, guard=True, fence=fence, ack=holder is not None, ahead=ahead
+                )
+            except ReplicationTimeout as exc:
+                # Stored, acknowledged and reserved on the primary, but no
+                # replica confirmed it: the acknowledgement is recorded, and the
+                # messages reserved ahead are handed back rather than delivered.
+                done = exc.result
+                if holder is not None and isinstance(done, CeleryStored) and done.stored >= 0:
+                    holder[0].confirmed(*holder[1], done.settlement)
+                    holder[0].hand_back_unconfirmed(done.reserved)
+                raise
+            if holder is not None and outcome.stored >= 0:
+                holder[0].confirmed(*holder[1], outcome.settlement)
+                if ahead is not None and outcome.reserved is not None:
+                    ahead.deliver(outcome.reserved)
+            return outcome
+
+        outcome = retry.run(attempt) if in_trace(self.app, request) else attempt(True)
+        if outcome.stored == FENCED:
+            logger.warning(
+                "the %s of task %s was not stored: its message is no longer held under this "
+                "worker's lease (the lease expired and another worker took the task over, or "
+                "the message was handed back); the current holder's result stands",
+                state,
+                task_id,
+            )
+        elif outcome.stored < 0:  # not JSON: Celery's own check
             if self._get_task_meta_for(task_id)["status"] != states.SUCCESS:
                 self._store(key, value, guard=False)
         return result

@@ -22,7 +22,9 @@ from typing import Any
 from kombu.transport import virtual
 
 from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis.holdings import Standing
 
+from . import publishing
 from .bindings import Declarations
 from .envelope import (
     AUTO_ENCODING,
@@ -49,16 +51,30 @@ class QoS(virtual.QoS):
     channel: Channel
 
     def ack(self, delivery_tag: str) -> None:
-        """Delete the message (one round trip), then forget it."""
-        self.channel.settle(delivery_tag)
-        super().ack(delivery_tag)
-        self.channel.poller.nudge()
+        """Delete the message (one round trip), then forget it, whatever the server said.
+
+        Celery acknowledges a message once: a tag kept here after a failed
+        settlement would hold its prefetch slot for good, and a worker that
+        lost every slot so (a reset of every connection) took nothing more
+        (issue 42). The store sends again what could not reach the server
+        (:mod:`.settlements`).
+        """
+        try:
+            self.channel.settle(delivery_tag)
+        finally:
+            super().ack(delivery_tag)
+            self.channel.poller.nudge()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """Requeue (pending again at once, at its place) or dead-letter / delete the message."""
-        self.channel.reject_message(delivery_tag, requeue)
-        self._quick_ack(delivery_tag)
-        self.channel.poller.nudge()
+        """Requeue (pending again at once, at its place) or dead-letter / delete the message.
+
+        The slot is freed whatever the server said, as for :meth:`ack`.
+        """
+        try:
+            self.channel.reject_message(delivery_tag, requeue)
+        finally:
+            self._quick_ack(delivery_tag)
+            self.channel.poller.nudge()
 
     def restore_unacked(self) -> list[Any]:
         """Hand every unacknowledged message back at once, one round trip per reservation.
@@ -109,6 +125,28 @@ class Channel(virtual.Channel):
         """Return True when the prefetch window has room."""
         return bool(self.qos.can_consume())
 
+    def stale_delivered(self) -> dict[str, Standing]:
+        """Return the tokens of delivered, unacknowledged messages whose lease may have run out.
+
+        Each with its standing (``EXPIRED`` or ``LOST``); messages already
+        acknowledged (in kombu's dirty set) or settled by their result's
+        script are left out.
+        """
+        qos = self.qos
+        standing, settled = self.store.holdings.standing, self.store.acks.settled
+        stale: dict[str, Standing] = {}
+        for tag in list(qos._delivered):
+            if tag in qos._dirty:
+                continue
+            try:
+                message = parse_tag(tag)
+            except ValueError:
+                continue
+            found = standing(message[0])
+            if found is not Standing.HELD and not settled(message):
+                stale[message[0]] = found
+        return stale
+
     def buffered(self) -> int:
         """Return how many messages this channel reserved but has not delivered."""
         return sum(len(buffer) for buffer in self._buffers.values())
@@ -126,8 +164,44 @@ class Channel(virtual.Channel):
         together with the chord's ``done`` mark (see :mod:`.staging`).
         """
         storage = self.store.level_of(storage_queue(queue), self._get_message_priority(message))
-        with _unconfirmed_is_final():
-            self.store.write(storage, seal(message), task_headers(message))
+        once = publishing.dedupe_key(message, storage)
+        with _unconfirmed_is_final(), publishing.attempt(message):
+            self.store.write(
+                storage,
+                seal(message, publishing.TRANSIENT_FIELDS),
+                task_headers(message),
+                dedupe_key=once,
+            )
+
+    def prepare_message(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Prepare a message to publish with its idempotency key (see :mod:`.publishing`).
+
+        kombu prepares the message again for every try of a publish, from
+        the same properties and headers: the key an earlier try put there
+        is kept.
+        """
+        message: dict[str, Any] = super().prepare_message(*args, **kwargs)
+        publishing.begin(message)
+        return message
+
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> Any:
+        """Publish ``message``, idempotently: its retries never store a second copy.
+
+        The publish's key stays in the message's dicts until every queue it
+        is routed to stored it.
+        """
+        if publishing.PUBLISH_FIELD not in message.get("properties", {}):
+            publishing.begin(message)  # not prepared by this channel
+        result = super().basic_publish(message, exchange, routing_key, **kwargs)
+        publishing.done(message)
+        return result
+
+    def queue_declare(self, *args: Any, **kwargs: Any) -> Any:
+        """Declare a queue (kombu does before every try of a publish; see :mod:`.publishing`)."""
+        with publishing.preparing():
+            return super().queue_declare(*args, **kwargs)
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -136,7 +210,7 @@ class Channel(virtual.Channel):
         queues = sorted({storage_queue(queue) for queue in self._lookup(exchange, routing_key)})
         if queues:
             with _unconfirmed_is_final():
-                self.store.broadcast(seal(message), queues)
+                self.store.broadcast(seal(message, publishing.TRANSIENT_FIELDS), queues)
 
     # -- exchanges and queues ------------------------------------------------------
     def _new_queue(self, queue: str, **kwargs: Any) -> None:

@@ -51,11 +51,21 @@ def encode_body(
     return fallback(body, encoding)
 
 
-def seal(message: dict[str, Any]) -> str:
-    """Return the stored text of a kombu message (its ``expiration`` made absolute)."""
+def seal(message: dict[str, Any], drop: Iterable[str] = ()) -> str:
+    """Return the stored text of a kombu message (its ``expiration`` made absolute).
+
+    ``drop``: fields of its properties and headers that are not stored.
+    """
     expiration = message.get("properties", {}).get("expiration")
     if expiration is not None and EXPIRES_FIELD not in message:
         message[EXPIRES_FIELD] = time.time() + float(expiration) / 1000
+    dropped = tuple(drop)
+    if dropped:
+        message = dict(message)
+        for name in ("properties", "headers"):
+            value = message.get(name)
+            if isinstance(value, dict) and any(field in value for field in dropped):
+                message[name] = {k: v for k, v in value.items() if k not in dropped}
     return json.dumps(message)
 
 

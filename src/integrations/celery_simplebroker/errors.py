@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import AccessDenied
+from simplebroker_redis import AccessDenied, ReplicationTimeout
 
 
 class UnconfirmedPublish(RuntimeError):
@@ -31,6 +31,26 @@ class UnconfirmedPublish(RuntimeError):
     default), and the message, already in its queue, would be sent a
     second time and could run twice at once.
     """
+
+
+class LeasesRanOut(OperationalError):
+    """Tasks Celery holds, delivered but not finished, lost their leases to another worker.
+
+    The worker was stopped, or cut off from the server, for longer than the
+    lease: another worker runs those tasks now. Raised in the worker's event
+    loop as a connection error, so that Celery restarts its consumer, which
+    drops the tasks its pool had not started yet (instead of starting them
+    a second time); the tasks running meanwhile finish, and their results
+    are fenced (:mod:`.fencing`).
+    """
+
+    def __init__(self, lost: int) -> None:
+        super().__init__(
+            f"{lost} reservation(s) of tasks delivered to this worker and not finished were "
+            "taken over by another worker (was this worker stopped, or cut off from the "
+            "server, longer than the lease?): restarting the consumer, so that those not "
+            "started yet are not started here"
+        )
 
 
 class AuthenticationFailed(AccessDenied, redis.AuthenticationError):
@@ -48,6 +68,28 @@ class ConnectTimedOut(OperationalError, redis.TimeoutError):
 
 class ServerUnreachable(OperationalError, redis.ConnectionError):
     """The server could not be reached (refused, unresolvable, TLS verification failed)."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Return True when ``exc`` is the backend's "cannot reach the server" (any cause).
+
+    A connection refused, reset, closed or timed out: the call may be made
+    again once the server is back. Not a refusal no retry can fix
+    (``AccessDenied``), nor a write that happened (``ReplicationTimeout``).
+    """
+    if not isinstance(exc, OperationalError) or isinstance(exc, (AccessDenied, ReplicationTimeout)):
+        return False
+    return isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError, OSError))
+
+
+def unsent(exc: BaseException) -> bool:
+    """Return True when ``exc`` says the command never left this process (a failed connect).
+
+    The backend marks those ``retryable``: nothing reached the server. Any
+    other connection failure (a read that timed out, a reset after the
+    send) leaves the command's outcome unknown.
+    """
+    return unreachable(exc) and bool(getattr(exc, "retryable", False))
 
 
 @contextmanager

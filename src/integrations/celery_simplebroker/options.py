@@ -230,6 +230,19 @@ def _switch(options: Mapping[str, Any], name: str) -> bool | None:
     return value
 
 
+def retry_window(conf: Mapping[str, Any]) -> float:
+    """Return the seconds a task's result store is retried: the broker's lease.
+
+    The transport's ``lease_seconds`` when the app's broker transport
+    options give a valid one, else the default lease (see :mod:`.fencing`).
+    """
+    options = conf.get("broker_transport_options") or {}
+    lease = options.get("lease_seconds") if isinstance(options, Mapping) else None
+    if lease is None or number_problem(lease, bound=0, side=">") is not None:
+        return _DEFAULT_TIMING.lease_seconds
+    return float(lease)
+
+
 #: Backend options (README, ``[backend_options]``) the transport and the result
 #: backend pass through from their ``*_transport_options`` when given.
 PASSED_OPTIONS: Final[tuple[str, ...]] = (

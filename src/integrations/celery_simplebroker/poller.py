@@ -33,10 +33,12 @@ from typing import Any, Final, Protocol
 
 from celery import signals
 
+from simplebroker_redis.holdings import Standing
 from simplebroker_redis.types import MultiLease
 
 from .acks import Ahead, Reservation
 from .envelope import Buffered, Tag, reserved_by_token
+from .errors import LeasesRanOut
 from .options import TransportOptions, storage_queue
 from .store import Store
 from .wakeups import Stopping, Wakeups
@@ -50,6 +52,9 @@ MUTE_AFTER: Final[int] = 16
 
 #: Seconds a drain sleeps, delivering nothing, once the worker is shutting down.
 STOPPING_NAP: Final[float] = 0.1
+
+#: Seconds between two checks of the delivered tasks' leases in the event loop.
+LEASE_CHECK: Final[float] = 0.25
 
 #: Messages one turn of the event loop delivers at most, before it polls its
 #: other descriptors (the pool's pipes, timers) again.
@@ -72,6 +77,9 @@ class Consumer(Protocol):
 
     def can_take_more(self) -> bool:
         """Return True when the prefetch window has room."""
+
+    def stale_delivered(self) -> dict[str, Standing]:
+        """Return the tokens of delivered, unacknowledged messages whose lease may have run out."""
 
     def room_ahead(self, acked: Tag) -> int:
         """Return the window's room once the acknowledgements queued (``acked``'s too) are sent."""
@@ -147,6 +155,8 @@ class Poller:
         self._recheck_timer: Any = None
         self._alarm = -1  # the wake-ups' alarm descriptor, while in a loop
         self._closed = False
+        self._next_lease_check = 0.0
+        store.outage.on_end = self._outage_ended
         _ALL.add(self)
 
     def close(self) -> None:
@@ -166,6 +176,12 @@ class Poller:
 
     def nudge(self) -> None:
         """Tell a waiting drain that room or consumers changed (any thread)."""
+        self.wakeups.nudge()
+
+    def _outage_ended(self) -> None:
+        """Poll every queue again at once: the server answers again (the heartbeat thread)."""
+        self._must_poll = True
+        self.wakeups.forget_empty()
         self.wakeups.nudge()
 
     def consumers_changed(self, *, consuming: bool) -> None:
@@ -276,12 +292,28 @@ class Poller:
         """
         if self._closed or self.wakeups.stopping:
             return
+        self._check_leases()
         self._take_signals()
         # No _watch() here: consumer and mute changes set _must_poll, and the
         # alarm's reader subscribes before it polls.
         if self._should_poll():
             self._must_poll = True
             self.wakeups.ring()
+
+    def _check_leases(self) -> None:
+        """Restart Celery's consumer when tasks it holds were taken over (see :mod:`.fencing`).
+
+        Every :data:`LEASE_CHECK` s, before the loop polls (so before the
+        prefork pool is handed another task); see ``Store.taken_over``.
+        """
+        now = time.monotonic()
+        if now < self._next_lease_check:
+            return
+        self._next_lease_check = now + LEASE_CHECK
+        stale = {t: s for c in list(self._channels()) for t, s in c.stale_delivered().items()}
+        lost = self.store.taken_over(stale) if stale else set()
+        if lost:
+            raise LeasesRanOut(len(lost))
 
     def _take_signals(self) -> None:
         """Poll again after a nudge, or a wake-up when the prefetch window has room."""

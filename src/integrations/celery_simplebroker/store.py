@@ -19,23 +19,31 @@ reservation reads them in :meth:`Store.levels` order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from queue import Empty
 from typing import Any, Final, cast
 
+from simplebroker.ext import OperationalError
+
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
-from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.priorities import levels, priority_queue
 from simplebroker_redis.tasks import INDEX_ENV, enabled, index_key, task_stats
 from simplebroker_redis.types import LeasedMessage, MultiLease
 from simplebroker_redis.validation import validate_message
 
 from . import acks as acks_module
-from .acks import Reservation, ResultAcks, report
+from .acks import Reservation, ResultAcks
 from .envelope import Buffered, Unreadable, claimed_tag, delivery_tag, expired, open_body
+from .errors import unreachable
+from .fencing import HOLDER_FIELD, holder_mark
 from .options import TransportOptions, storage_queue
+from .outage import Outage
+from .settlements import Settler, deferred_for
 from .staging import stage_for
 from .taskformat import FRAMEWORK
 
@@ -62,8 +70,14 @@ class Store:
         self.options = options
         self.holdings = Holdings()
         self.acks = ResultAcks(runner.identity, self.holdings)
+        self.mark = holder_mark(runner.identity)
         self.max_message_size = runner.max_message_size  # BROKER_MAX_MESSAGE_SIZE, as everywhere
         self._on_beat = on_beat
+        self.deferred = deferred_for(runner.identity)
+        self.outage = Outage(runner.where)
+        self.settler = Settler(
+            lambda: self.leases, self.holdings, self.acks, self.outage, self.deferred
+        )
         self._levels: dict[str, tuple[str, ...]] = {}
         self._heartbeat: LeaseHeartbeat | None = None
         #: Published tasks carry their task index key (:mod:`simplebroker_redis.tasks`).
@@ -95,7 +109,7 @@ class Store:
                 self.holdings,
                 self.options.timing,
                 framework="celery",
-                on_beat=self._on_beat,
+                on_beat=self._beat,
             )
         self._heartbeat.start()
 
@@ -105,8 +119,25 @@ class Store:
         A process that consumed once (``celery inspect`` collecting replies
         on a pooled connection) must not run recovery passes forever.
         """
-        if self._heartbeat is not None and not self.holdings.tokens():
+        if self._heartbeat is not None and not self.holdings.tokens() and not self.deferred:
             self._heartbeat.stop()
+
+    def _beat(self) -> None:
+        """After each renewal (heartbeat thread): end an outage, send deferred settlements.
+
+        A beat makes no round trip when nothing is held, so an outage ends
+        only after a PING got through.
+        """
+        if self.outage.down:
+            try:
+                self.runner.execute(lambda client: client.ping(), idempotent=True)
+            except OperationalError as exc:
+                if not unreachable(exc):
+                    raise
+                return  # the heartbeat beats again soon
+        self.deferred.retry()
+        self.outage.end()
+        self._on_beat()
 
     def close(self) -> None:
         """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
@@ -141,17 +172,25 @@ class Store:
         return priority_queue(queue, priority) if self.options.priorities else queue
 
     # -- publishing -----------------------------------------------------------------------------
-    def write(self, queue: str, envelope: str, task: tuple[str, str, int] | None = None) -> None:
+    def write(
+        self,
+        queue: str,
+        envelope: str,
+        task: tuple[str, str, int] | None = None,
+        *,
+        dedupe_key: str | None = None,
+    ) -> None:
         """Write a message to ``queue`` (storage name), or stage it during a chord's dispatch.
 
         ``task`` is the (id, name, retries) of the Celery task it carries: the
         message is indexed under its id and counted per name (unless the
-        transport options turn them off).
+        transport options turn them off). ``dedupe_key``: the publish's
+        idempotency key (see :mod:`.publishing`).
         """
         stage = stage_for(self.runner.identity)
         if stage is None:
             key = index_key(FRAMEWORK, task[0]) if task and self.task_index else ""
-            self.core.write(queue, envelope, task_key=key)
+            self.core.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
         else:
             validate_message(envelope, self.max_message_size)
             stage.messages.append((queue, envelope))
@@ -178,6 +217,7 @@ class Store:
             limit=limit,
             lease_seconds=options.lease_seconds,
             max_deliveries=options.max_deliveries if dead_letter else None,
+            holder=self.holdings.holder,
         )
 
     def reserve(self, queue: str, limit: int) -> list[Buffered]:
@@ -187,20 +227,32 @@ class Store:
         (token, message) pairs in delivery order.
         """
         plan = self.reservation(queue, limit)
+        sent = time.monotonic()
         try:
-            reserved = self.leases.reserve_queues(
-                plan.sources, plan.limit, plan.lease_seconds, max_deliveries=plan.max_deliveries
-            )
+            with self._polling():
+                reserved = self.leases.reserve_queues(
+                    plan.sources,
+                    plan.limit,
+                    plan.lease_seconds,
+                    max_deliveries=plan.max_deliveries,
+                    holder=plan.holder,
+                )
         except ReplicationTimeout as exc:
             self.hand_back_unconfirmed(exc.result)
             raise
-        return self.hold(reserved)
+        return self.hold(reserved, sent)
 
-    def hold(self, reserved: MultiLease) -> list[Buffered]:
-        """Renew what a reservation took from now on; return its (token, message) pairs."""
+    def hold(self, reserved: MultiLease, sent: float | None = None) -> list[Buffered]:
+        """Renew what a reservation took from now on; return its (token, message) pairs.
+
+        ``sent``: ``time.monotonic()`` before the reservation's request was
+        sent (the server's clock is learned from its reply), if known.
+        """
+        if sent is not None and reserved.messages:
+            self.holdings.clock.observe(reserved.created_ns, sent)
         for lease in reserved.leases:
             if lease.messages:
-                self.holdings.hold(lease.token, len(lease.messages))
+                self.holdings.hold(lease.token, len(lease.messages), lease.deadline_ns)
         if reserved.messages:
             self.start_heartbeat()
             acks_module.hold(self.acks)
@@ -227,9 +279,12 @@ class Store:
         None when it expired (acknowledged, so deleted) or is not a kombu
         message (moved to the dead-letter queue, or ``<queue>.unreadable``).
         """
+        if not self._startable(token, message.id):
+            return None
         tag = delivery_tag(token, message.id)
         try:
             payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
+            payload["properties"][HOLDER_FIELD] = self.mark  # its result is fenced by its lease
         except Unreadable:
             logger.error("message %d of queue %s is not a kombu message", message.id, queue)
             self.dead_letter(token, message.id, unreadable=queue)
@@ -239,6 +294,66 @@ class Store:
             return None
         return payload
 
+    def taken_over(self, stale: Mapping[str, Standing]) -> set[str]:
+        """Return the tokens of delivered tasks that another worker holds now.
+
+        ``stale``: tokens the event loop found not ``HELD``. ``LOST`` ones
+        are; those past their known deadline (``EXPIRED``: the process was
+        stopped, or cut off, longer than the lease) are renewed at once
+        (one round trip), and those the server no longer knows are too.
+        During an outage nothing can be asked: the heartbeat renews them
+        when the server answers, and a later check finds what was lost.
+        """
+        lost = {token for token, standing in stale.items() if standing is Standing.LOST}
+        expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
+        if expired and not self.outage.down:
+            lost |= self._renew_now(expired)
+        return lost
+
+    def _renew_now(self, tokens: list[str]) -> set[str]:
+        """Renew ``tokens`` at once, as the heartbeat does; return those found lost."""
+        lease = self.options.lease_seconds
+        holdings = self.holdings
+        sent = time.monotonic()
+        try:
+            renewal = self.leases.renewal(tokens, lease)
+        except OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            self.outage.begin(exc)
+            return set()
+        holdings.clock.observe(renewal.now_ns, sent)
+        kept = (token for token in tokens if token not in renewal.lost)
+        holdings.renewed(kept, renewal.now_ns + round(lease * 1e9))
+        holdings.drop_lost(renewal.lost)
+        # Lost whether or not the heartbeat dropped them first: they hold
+        # delivered messages, none being acknowledged.
+        return set(renewal.lost) & set(tokens)
+
+    def _startable(self, token: str, message_id: int) -> bool:
+        """Return True when a buffered message's lease still holds: it may be delivered.
+
+        One whose known deadline passed (the process was stopped, or cut off
+        from the server, for longer than the lease) is handed back, its
+        delivery not counted: it never ran. One whose token the heartbeat
+        found lost is another worker's now.
+        """
+        standing = self.holdings.standing(token)
+        if standing is Standing.HELD:
+            return True
+        if standing is Standing.EXPIRED:
+            logger.warning(
+                "message %d is not started: its lease ran out while it waited here; "
+                "it is handed back",
+                message_id,
+            )
+            self.release({token: [message_id]}, undeliver=True)
+        else:
+            logger.warning(
+                "message %d is not started: its lease was lost (another worker has it)", message_id
+            )
+        return False
+
     def claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:
         """Consume one message of a ``no_ack`` queue (None: expired); raise Empty when none.
 
@@ -246,6 +361,10 @@ class Store:
         over the priority queues and its deletion (two round trips for a
         message, one for an empty queue).
         """
+        with self._polling():
+            return self._claim(queue, ttl)
+
+    def _claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:
         storage = storage_queue(queue)
         deliveries = 0  # a claim script does not count deliveries
         if not self.options.priorities:
@@ -286,49 +405,14 @@ class Store:
                 removed += leases.ack(lease.token, None, delete=True).settled
         return removed
 
-    # -- settling ----------------------------------------------------------------------------
+    # -- settling (see .settlements) ---------------------------------------------------------
     def ack(self, token: str, message_id: int) -> None:
-        """Delete one reserved message (one round trip; none when its result did it).
-
-        The heartbeat stops renewing it first: once the server settled a
-        token's last message the token is gone, and a renewal racing with
-        this call must not find it still held and report it lost.
-        """
-        confirmed = self.acks.take(token, message_id)
-        if confirmed:
-            return
-        if confirmed is None:
-            self.holdings.let_go(token)
-        try:
-            settlement = self.leases.ack(token, [message_id], delete=True)
-        except ReplicationTimeout as exc:
-            # Celery would log a failed acknowledgement as critical; it happened.
-            logger.warning("message %d acknowledged, not confirmed: %s", message_id, exc)
-            settlement = exc.result
-        report(settlement, message_id)
+        """Delete one reserved message (one round trip; none when its result did it)."""
+        self.settler.ack(token, message_id)
 
     def release(self, groups: Mapping[str, Iterable[int]], *, undeliver: bool) -> None:
-        """Make reserved messages pending again at once, atomically per reservation.
-
-        ``undeliver``: they were never handed to Celery, so the delivery
-        does not count (and they are not marked redelivered).
-        """
-        for token, ids in groups.items():
-            id_list, unheld = self.acks.unsettled(token, list(ids))
-            if not id_list:
-                continue
-            if len(id_list) > unheld:  # before the server drops the token
-                self.holdings.let_go(token, len(id_list) - unheld)
-            try:
-                self.leases.release(token, id_list, undeliver=undeliver)
-            except ReplicationTimeout:
-                pass  # done on the primary, not confirmed by a replica yet
-            except Exception as exc:  # noqa: BLE001 - the lease expires and brings them back
-                logger.warning(
-                    "could not hand back %d message(s) (%s); they return when their lease expires",
-                    len(id_list),
-                    exc,
-                )
+        """Make reserved messages pending again at once, atomically per reservation."""
+        self.settler.release(groups, undeliver=undeliver)
 
     def dead_letter(self, token: str, message_id: int, *, unreadable: str | None = None) -> None:
         """Move a rejected message to the dead-letter queue, or delete it when there is none."""
@@ -337,13 +421,18 @@ class Store:
             target = storage_queue(f"{unreadable}.unreadable")
         if target is None:
             self.ack(token, message_id)
-            return
-        left, unheld = self.acks.unsettled(token, [message_id])
-        if not left:
-            return  # its result's script deleted it already
-        if not unheld:
-            self.holdings.let_go(token)  # before the server drops the token
+        else:
+            self.settler.dead_letter(token, message_id, target)
+
+    @contextlib.contextmanager
+    def _polling(self) -> Iterator[None]:
+        """Deliver nothing during an outage: ``Empty`` instead of a round trip or its failure."""
+        if self.outage.down:
+            raise Empty()
         try:
-            self.leases.reject(token, [message_id], target)
-        except ReplicationTimeout as exc:  # moved on the primary, as for ack
-            logger.warning("message %d moved to %s, not confirmed: %s", message_id, target, exc)
+            yield
+        except OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            self.outage.begin(exc)
+            raise Empty() from None

@@ -57,6 +57,9 @@ from .store import Store
 
 logger = logging.getLogger("celery_simplebroker")
 
+#: Namespaces (runner identities) this process has connected to and validated.
+_VALIDATED: set[tuple[str, str | None, str]] = set()
+
 
 class Transport(virtual.Transport):
     """kombu transport on simplebroker-redis: leases, heartbeat, Pub/Sub wake-ups."""
@@ -109,9 +112,21 @@ class Transport(virtual.Transport):
         return shown_url(self.target, include_password)
 
     def establish_connection(self) -> Any:
-        """Reach the server and create or validate the namespace (kombu retries failures)."""
-        with typed_connection_errors():
-            self.runner.ensure_initialized()
+        """Reach the server and create or validate the namespace (kombu retries failures).
+
+        Once per process and namespace: a later connection (kombu's
+        reconnect before it retries a publish, a consumer restart) opens
+        nothing until it is used, so a publish retried in an outage fails
+        with its own error (:mod:`.publishing`), and a consumer rides the
+        outage out (:mod:`.outage`) instead of waiting for Celery's retries.
+        """
+        identity = self.runner.identity
+        if identity in _VALIDATED:
+            self.runner.mark_initialized()
+        else:
+            with typed_connection_errors():
+                self.runner.ensure_initialized()
+            _VALIDATED.add(identity)
         return super().establish_connection()
 
     def close_connection(self, connection: Any) -> None:

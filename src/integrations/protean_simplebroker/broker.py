@@ -32,8 +32,9 @@ from . import config, reports
 from .dlq import DeadLetters
 from .groups import Groups
 from .inflight import InFlight, Taken
-from .messages import ENVELOPE_OVERHEAD, CorruptMessage, open_envelope, serialize
+from .messages import ENVELOPE_OVERHEAD, log_key, serialize
 from .names import Layout
+from .reads import take
 from .store import Store
 from .taskformat import FRAMEWORK, message_id, message_type
 
@@ -130,11 +131,25 @@ class SimpleBrokerBroker(BaseBroker):
     @property
     def dead_letters(self) -> DeadLetters:
         """Return the DLQ operations."""
-        return DeadLetters(self.store, self.layout, self.groups, self._publish)
+        # A replay publishes a message again on purpose: no idempotency key.
+        return DeadLetters(self.store, self.layout, self.groups, self._append)
 
     # -- publishing ---------------------------------------------------------------------
     def _publish(self, stream: str, message: dict[str, Any]) -> str:
-        """Append ``message`` to the stream's log; return its SimpleBroker ID as a string."""
+        """Append ``message`` to the stream's log; return its SimpleBroker ID as a string.
+
+        Idempotent by the message's ID (``metadata.headers.id``): published
+        again within ``DEDUPE_SECONDS`` (by Protean's own retry after a
+        connection error, or by the caller after ``OutcomeUnknown``), it is
+        stored once and the first ID is returned.
+        """
+        return self._append(stream, message, dedupe=True)
+
+    def _append(self, stream: str, message: dict[str, Any], *, dedupe: bool = False) -> str:
+        """Append ``message`` to the stream's log, idempotent by its ID with ``dedupe``.
+
+        A DLQ replay publishes a message again on purpose: without ``dedupe``.
+        """
         body = serialize(message)
         room = self.store.max_message_size - ENVELOPE_OVERHEAD
         if len(body.encode("utf-8")) > room:
@@ -145,8 +160,9 @@ class SimpleBrokerBroker(BaseBroker):
         log = self.layout.log(stream)
         own_id = message_id(message)
         key = index_key(FRAMEWORK, own_id) if own_id else ""
+        once = log_key(log, own_id) if dedupe else None
         try:
-            identifier = self.store.write(log, body, key)
+            identifier = self.store.write(log, body, key, dedupe_key=once)
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
@@ -160,32 +176,16 @@ class SimpleBrokerBroker(BaseBroker):
 
     # -- consuming ------------------------------------------------------------------------
     def _take(self, stream: str, group: str, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """Return this consumer's nacked messages first, then reserve new ones (up to ``count``)."""
-        if count < 1:
-            return []
-        key = (stream, group)
-        out = [(i, taken.payload) for i, taken in self._inflight.take_redeliveries(key, count)]
-        if len(out) == count:
-            return out
-        state = self.groups.ensure(stream, group)
-        store = self.store
-        store.recover(stream, group)
-        self.groups.pull(state)
-        for held, body in store.reserve(stream, group, count - len(out), owned=key in self._owned):
-            try:
-                identifier, payload = open_envelope(body)
-            except CorruptMessage as exc:
-                logger.error(
-                    "moving unreadable message %s of %s to its dead letters: %s",
-                    held.copy_id,
-                    state.queue,
-                    exc,
-                )
-                store.bury(held)
-                continue
-            self._inflight.add(key, identifier, held, payload)
-            out.append((identifier, payload))
-        return out
+        """Return up to ``count`` messages for this consumer (see :mod:`.reads`)."""
+        return take(
+            self.store,
+            self.groups,
+            self._inflight,
+            stream,
+            group,
+            count,
+            owned=(stream, group) in self._owned,
+        )
 
     def _get_next(self, stream: str, consumer_group: str) -> tuple[str, dict[str, Any]] | None:
         """Reserve the group's next message."""

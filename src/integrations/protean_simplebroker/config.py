@@ -27,6 +27,7 @@ from protean.exceptions import ConfigurationError
 from simplebroker.ext import InvalidConfigError
 
 from simplebroker_redis import DEFAULT_NAMESPACE, BackendOptions
+from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.options import OPTION_NAMES, parse_target, redact_target
 
@@ -59,6 +60,7 @@ _OWN: Final[frozenset[str]] = frozenset(
         "COPY_BATCH",
         "TASK_INDEX",
         "TASK_STATS",
+        "DEDUPE_SECONDS",
     }
 )
 
@@ -86,6 +88,8 @@ class Settings:
     #: (``simplebroker_redis.tasks.enabled``); on by default.
     task_index: bool | None = None
     task_stats: bool | None = None
+    #: Redis: seconds a published message's ID keeps a resend from storing it twice.
+    dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS
 
 
 def _switch(raw: Mapping[str, Any], key: str) -> bool | None:
@@ -114,6 +118,13 @@ def _max_deliveries(raw: Mapping[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _bad("MAX_DELIVERIES", f"must be an integer >= 1 (0: never), not {value!r}")
     return value
+
+
+def _dedupe_seconds(raw: Mapping[str, Any]) -> float:
+    value = raw.get("DEDUPE_SECONDS", DEFAULT_DEDUPE_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0.001:
+        raise _bad("DEDUPE_SECONDS", f"must be a number of seconds >= 0.001, not {value!r}")
+    return float(value)
 
 
 def _sqlite_path(uri: str) -> str:
@@ -191,4 +202,5 @@ def parse(conn_info: Mapping[str, Any]) -> Settings:
         copy_batch=batch,
         task_index=_switch(raw, "TASK_INDEX"),
         task_stats=_switch(raw, "TASK_STATS"),
+        dedupe_seconds=_dedupe_seconds(raw),
     )

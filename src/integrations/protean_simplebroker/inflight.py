@@ -6,6 +6,11 @@ Redis, in its held queue on SQLite) and the consumer's next read of that
 group returns it first. Protean's subscriptions count their retries per
 consumer, so a retried message must come back to the consumer that
 counts. Only a consumer that dies (or closes) gives its messages back.
+
+A consumer whose group a Protean subscription owns gets its messages one
+per read (a subscription starts each one as soon as it gets it): the rest
+of a reservation *waits* here, held and renewed, until a read takes it, so
+each message is checked against its lease right before it starts.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Taken:
     payload: dict[str, Any]
     redeliver: bool = False  #: nacked: the next read of its group returns it
     started: float = dataclasses.field(default_factory=time.perf_counter)  #: this delivery's
+    waiting: bool = False  #: reserved, not yet returned by a read
 
 
 class InFlight:
@@ -38,10 +44,30 @@ class InFlight:
         self._lock = threading.Lock()
         self._groups: dict[Key, dict[str, Taken]] = {}
 
-    def add(self, key: Key, identifier: str, held: Held, payload: dict[str, Any]) -> None:
-        """Record a message just delivered to this consumer."""
+    def add(
+        self,
+        key: Key,
+        identifier: str,
+        held: Held,
+        payload: dict[str, Any],
+        *,
+        waiting: bool = False,
+    ) -> None:
+        """Record a message just delivered to this consumer (``waiting``: not returned yet)."""
         with self._lock:
-            self._groups.setdefault(key, {})[identifier] = Taken(held, payload)
+            self._groups.setdefault(key, {})[identifier] = Taken(held, payload, waiting=waiting)
+
+    def take_waiting(self, key: Key, limit: int) -> list[tuple[str, Taken]]:
+        """Return up to ``limit`` reserved messages no read returned yet, oldest first."""
+        with self._lock:
+            waiting = sorted(
+                ((i, t) for i, t in self._groups.get(key, {}).items() if t.waiting),
+                key=lambda item: item[1].held.copy_id,
+            )[:limit]
+            for _, taken in waiting:
+                taken.waiting = False
+                taken.started = time.perf_counter()
+            return waiting
 
     def get(self, key: Key, identifier: str) -> Taken | None:
         """Return what this consumer holds under ``identifier``, or None."""

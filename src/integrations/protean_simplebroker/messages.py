@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Final
@@ -30,6 +31,28 @@ ENVELOPE_OVERHEAD: Final[int] = len('{"id":"","message":}') + 20
 
 class CorruptMessage(ValueError):
     """A stored body is not what this provider writes."""
+
+
+#: What a message ID must be to serve as an idempotency key: printable ASCII
+#: without spaces (the backend's rule for keys).
+_KEY: Final = re.compile(r"^[!-~]{1,200}$")
+
+
+def log_key(log: str, message_id: str) -> str | None:
+    """Return the idempotency key of message ``message_id`` in the log queue ``log``.
+
+    Protean documents a message's ID (``metadata.headers.id``) as its
+    idempotency key; None without a usable one (empty, or not printable
+    ASCII without spaces). Per log: the same message may go to two
+    streams. A long pair is hashed, so the key stays within the backend's
+    200 characters.
+    """
+    if not _KEY.match(message_id):
+        return None
+    combined = f"{log}:{message_id}"
+    if len(combined) <= 200:
+        return combined
+    return "sha256:" + hashlib.sha256(combined.encode("utf-8")).hexdigest()
 
 
 def serialize(message: dict[str, Any]) -> str:

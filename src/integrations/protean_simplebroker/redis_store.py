@@ -28,12 +28,14 @@ from typing import Any, Final
 
 from simplebroker import BrokerTarget, QueueStats
 
-from simplebroker_redis import Lease, Leases, ReplicationTimeout, calls, tasks
+from simplebroker_redis import Lease, Leases, OutcomeUnknown, ReplicationTimeout, calls, tasks
 from simplebroker_redis.activity import QueueActivityWaiter, close_idle_listeners, open_waiter
 from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
+from simplebroker_redis.errors import transient
+from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
 from simplebroker_redis.integration import Target
+from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
 
 from .config import Settings
 from .names import Layout, Parsed
@@ -43,6 +45,9 @@ logger = logging.getLogger("protean_simplebroker")
 
 #: Seconds between reads of the dead-letter journal (in the heartbeat thread).
 REPORT_SECONDS: Final[float] = 5.0
+
+#: Seconds an acknowledgement is retried while the server cannot be reached.
+ACK_RETRY_SECONDS: Final[float] = 120.0
 
 
 class RedisStore(Store):
@@ -72,12 +77,25 @@ class RedisStore(Store):
         return self.runner.broker_target, self.runner
 
     # -- the task index ------------------------------------------------------------
-    def write(self, queue: str, body: str, task_key: str = "") -> int:
-        """Write ``body`` to ``queue``, indexed under ``task_key`` when the index is on."""
+    def write(
+        self, queue: str, body: str, task_key: str = "", *, dedupe_key: str | None = None
+    ) -> int:
+        """Write ``body`` to ``queue``, indexed under ``task_key`` when the index is on.
+
+        ``dedupe_key``: the write's idempotency key (kept ``DEDUPE_SECONDS``):
+        written again with it, nothing more is stored and the first ID is
+        returned (see :meth:`Store.write`).
+        """
         core = self.conn
-        if task_key and self.index_tasks and isinstance(core, RedisBrokerCore):
-            return core.write(queue, body, task_key=task_key)
-        return int(core.write(queue, body))
+        if not isinstance(core, RedisBrokerCore):
+            return int(core.write(queue, body))
+        return core.write(
+            queue,
+            body,
+            task_key=task_key if self.index_tasks else "",
+            dedupe_key=dedupe_key,
+            dedupe_seconds=self.settings.dedupe_seconds,
+        )
 
     def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
         """Insert messages with exact IDs, each indexed under its ``task_keys`` entry."""
@@ -99,6 +117,7 @@ class RedisStore(Store):
         """Reserve up to ``limit`` copies under one token (see :class:`Store`)."""
         queue = self.layout.group(stream, group)
         most = self.max_deliveries
+        sent = time.monotonic()
         try:
             lease = self.leases.reserve(
                 queue,
@@ -106,6 +125,7 @@ class RedisStore(Store):
                 self.settings.timing.lease_seconds,
                 max_deliveries=most,
                 dead_letter=self.layout.dead(stream, group) if most else None,
+                holder=self.holdings.holder,
             )
         except ReplicationTimeout as exc:
             # Reserved on the primary, but a failover could undo it: hand the
@@ -114,10 +134,11 @@ class RedisStore(Store):
                 self._give_back(exc.result.token)
             logger.warning("reservation on %s not confirmed by a replica: %s", queue, exc)
             return []
+        self.holdings.clock.observe(lease.created_ns, sent)
         self._reading.add(queue)
         if not lease.messages:
             return []
-        self.holdings.hold(lease.token, len(lease.messages))
+        self.holdings.hold(lease.token, len(lease.messages), lease.deadline_ns)
         self.heartbeat.start()
         return [
             (Held(stream, group, message.id, lease.token, message.deliveries), message.body)
@@ -129,15 +150,47 @@ class RedisStore(Store):
             self.leases.release(token, undeliver=True)
 
     def ack(self, held: Held) -> bool:
-        """Delete a held copy (one script); False when its lease was lost."""
-        # Any other error leaves the copy held (and renewed): the caller may retry.
-        try:
-            settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
-        except ReplicationTimeout as exc:
-            logger.warning("acknowledgement not confirmed by a replica: %s", exc)
-            settled = 1
+        """Delete a held copy (one script); False when its lease was lost.
+
+        A server that cannot be reached is retried (backoff up to 2 s) for
+        up to ``ACK_RETRY_SECONDS``, the copy held and renewed meanwhile:
+        Protean does not retry an acknowledgement, and a copy left held
+        would never be settled. A try whose reply was lost may have settled
+        it: a repeat that finds it gone counts as done. Past that time the
+        error is raised and the copy stays held (the caller may retry).
+        """
+        deadline = time.monotonic() + ACK_RETRY_SECONDS
+        delay, unsure = BACKOFF_MIN, False
+        while True:
+            try:
+                settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
+                break
+            except ReplicationTimeout as exc:
+                logger.warning("acknowledgement not confirmed by a replica: %s", exc)
+                settled = 1
+                break
+            except Exception as exc:
+                if not transient(exc) or self.stop.is_set() or time.monotonic() > deadline:
+                    raise
+                if delay == BACKOFF_MIN:
+                    logger.warning(
+                        "acknowledging message %s failed, retrying: %s", held.copy_id, exc
+                    )
+                unsure = unsure or isinstance(exc, OutcomeUnknown)
+                self.stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
         self.holdings.let_go(held.handle)
+        if settled == 0 and unsure:
+            logger.info("message %s was acknowledged by a try whose reply was lost", held.copy_id)
+            return True
         return settled == 1
+
+    def startable(self, held: Held) -> bool | None:
+        """Return whether the copy's lease still holds (see :meth:`Store.startable`)."""
+        standing = self.holdings.standing(held.handle)
+        if standing is Standing.HELD:
+            return True
+        return False if standing is Standing.EXPIRED else None
 
     def release(self, held: Held, *, counted: bool) -> bool:
         """Make a held copy pending again, or dead-letter it (the script decides)."""
@@ -233,8 +286,8 @@ class RedisStore(Store):
         return found
 
     def ping(self) -> bool:
-        """Return whether the namespace's primary answers PING."""
-        return bool(self.runner.execute(lambda client: client.ping(), idempotent=True))
+        """Return whether the namespace's primary answers PING (one try: ``socket_timeout``)."""
+        return bool(self.runner.execute(lambda client: client.ping()))
 
     def memory_bytes(self) -> int:
         """Return the server's ``used_memory``."""

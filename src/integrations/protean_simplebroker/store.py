@@ -84,8 +84,15 @@ class Store(ABC):
         self.failures = FailureRecords(layout, self.peek, lambda: self.conn)
 
     # -- the task index (Redis only; see RedisStore) ----------------------------
-    def write(self, queue: str, body: str, task_key: str = "") -> int:
-        """Write ``body`` to ``queue``; return its ID (``task_key``: its task index key)."""
+    def write(
+        self, queue: str, body: str, task_key: str = "", *, dedupe_key: str | None = None
+    ) -> int:
+        """Write ``body`` to ``queue``; return its ID (``task_key``: its task index key).
+
+        ``dedupe_key``: an idempotency key (Redis): a second write with it
+        within ``DEDUPE_SECONDS`` stores nothing and returns the first ID.
+        SQLite ignores it (a local write never loses its reply).
+        """
         return int(self.conn.write(queue, body))
 
     def insert(self, records: list[tuple[str, str, int]], task_keys: Sequence[str] = ()) -> None:
@@ -156,6 +163,18 @@ class Store(ABC):
     @abstractmethod
     def ack(self, held: Held) -> bool:
         """Consume a held copy; False when it was no longer held."""
+
+    def startable(self, held: Held) -> bool | None:
+        """Return whether a held copy may be started now: True yes, False expired, None lost.
+
+        Asked right before a copy goes to its handler. Redis: False when
+        the lease's known deadline passed by the server's clock (the process
+        was stopped, or cut off, past its lease: hand the copy back
+        unstarted), None when the heartbeat found its token gone (another
+        consumer has it). SQLite: always True (a held copy is this
+        consumer's for as long as the process lives).
+        """
+        return True
 
     @abstractmethod
     def release(self, held: Held, *, counted: bool) -> bool:

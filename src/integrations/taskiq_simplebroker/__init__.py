@@ -22,6 +22,7 @@ from .errors import (
     ResultIsMissingError,
     ScheduleError,
     SimpleBrokerTaskiqError,
+    TaskOutcomeUnknown,
 )
 from .result_backend import SimpleBrokerResultBackend
 from .routing import DEFAULT_QUEUE
@@ -44,6 +45,7 @@ __all__ = [
     "SimpleBrokerScheduleSource",
     "SimpleBrokerTaskiqBroker",
     "SimpleBrokerTaskiqError",
+    "TaskOutcomeUnknown",
     "decode_body",
     "encode_body",
 ]

@@ -21,20 +21,20 @@ from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.types import DeadLetterEntry
-from simplebroker_redis.validation import number_problem
 
-from .codec import encode_body
 from .connection import DurableServerKeywords, close_runner, open_runner
 from .deadletters import report_dead_letter
-from .errors import ConfigurationError, LabelError, is_transient
+from .errors import ConfigurationError, check_dedupe_seconds, is_transient
 from .eviction import check_server as check_eviction
 from .listener import TaskListener
 from .result_backend import SimpleBrokerResultBackend
 from .routing import label_queue, listened_queues, sources
 from .runtime import Runtime
+from .sending import delay_seconds, send
 from .shards import check_shards, merged, shard_index, shard_runners
 from .sizing import SerializeOnce, check_size
 from .taskstats import Tracking
@@ -52,19 +52,6 @@ def _count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be an integer >= 1")
     return value
-
-
-def delay_seconds(label: object) -> float:
-    """Return the seconds of a ``delay`` label (str or number; negative means now)."""
-    if label is None or label == "":
-        return 0.0
-    try:
-        delay = float(label)  # type: ignore[arg-type] # labels arrive as str or number
-    except (TypeError, ValueError):
-        raise LabelError(f"label 'delay' must be seconds, got {label!r}") from None
-    if number_problem(delay) is not None:
-        raise LabelError(f"label 'delay' must be finite, got {label!r}")
-    return max(0.0, delay)
 
 
 class SimpleBrokerTaskiqBroker(AsyncBroker):
@@ -110,6 +97,9 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         task_stats: Count tasks sent and runs finished per task name for
             the dashboard and the exporter (default on;
             ``SIMPLEBROKER_REDIS_TASK_STATS=0`` turns it off where not given).
+        dedupe_seconds: How long a kicked task's idempotency key keeps the
+            same task sent again from being stored twice (600; see
+            :mod:`.sending`). None: no key.
         server: Where to connect (the keywords of
             :class:`~.connection.DurableServerKeywords`, which the result
             backend takes too):
@@ -153,9 +143,12 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         shards: int = 1,
         task_index: bool | None = None,
         task_stats: bool | None = None,
+        dedupe_seconds: float | None = DEFAULT_DEDUPE_SECONDS,
         **server: Unpack[DurableServerKeywords],
     ) -> None:
         super().__init__(result_backend=result_backend, task_id_generator=task_id_generator)
+        #: Seconds a kicked task's key keeps a resend from storing it twice (None: off).
+        self.dedupe_seconds = check_dedupe_seconds(dedupe_seconds)
         self.runner, _ = open_runner(url, server, owner=type(self))
         #: The queues a worker listens on, in order; tasks go to the first.
         self.queues = listened_queues(queue, queue_name, queues)
@@ -271,9 +264,13 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         (0-9) to that queue's priority queue; ``delay`` (seconds) keeps it
         invisible to workers until it is due.
 
+        Idempotent by the task's ID and content (see :mod:`.sending`).
+
         Raises:
             LabelError: An invalid ``queue_name``, ``priority`` or ``delay``
                 label (checked before, in ``kiq()``, by :class:`_LabelCheck`).
+            TaskOutcomeUnknown: The write's reply never came (10 s): the
+                task may be queued (``kiq()`` raises ``SendTaskError`` from it).
 
         """
         labels = message.labels
@@ -281,7 +278,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
         delay = delay_seconds(labels.get("delay"))
         messages = self._messages[shard_index(message.task_id, self.shards)]
         key = self.tracking.key(message.task_id)
-        await messages.write(queue, encode_body(message.message), delay_seconds=delay, task_key=key)
+        await send(messages, queue, message, delay, task_key=key, dedupe=self.dedupe_seconds)
         self.tracking.sent(message.task_name, labels)
 
     def listen(self) -> AsyncGenerator[AckableMessage, None]:
@@ -301,6 +298,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
                 lease_seconds=self.timing.lease_seconds,
                 max_deliveries=self.max_deliveries,
                 ready=self._until_checked,
+                task_id=self._task_id,
             ).messages()
             for runtime in runtimes
         ]
@@ -353,6 +351,10 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             for runtime in runtimes:
                 attach(runtime)
         return runtimes
+
+    def _task_id(self, data: bytes) -> str:
+        """Return the task ID of a message the JSON fast path could not read."""
+        return str(self.formatter.loads(data).task_id)
 
     def _description(self) -> str:
         """Return what the worker listens on, for its log."""

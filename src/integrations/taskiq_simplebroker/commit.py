@@ -9,6 +9,12 @@ one, and while other tasks of the worker are still running it waits up to
 alone is sent at once. Under load a worker therefore spends well under one
 round trip, and one command, per task on results and acknowledgements.
 
+A result is *fenced* by the reservation of its task (see :mod:`.deliveries`):
+the script stores it only while that token still holds the message, checked
+before anything is written, so a worker whose lease was taken over never
+overwrites the result of the worker that holds the task now. Refused
+results and refused acknowledgements are logged once per batch.
+
 A batch is safe to send again: ``SET`` is idempotent, and a settlement only
 touches IDs the token still holds (a repeat reports them lost). Transient
 failures (server restarting, socket timeouts) are retried with exponential
@@ -27,9 +33,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from simplebroker_redis import ReplicationTimeout, calls
+from simplebroker_redis import OutcomeUnknown, ReplicationTimeout, calls
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.types import SettleGroup, Settlement, ValueWrite
+from simplebroker_redis.types import Committed, SettleGroup, ValueWrite
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 
@@ -54,6 +60,9 @@ class ResultWrite:
     value: str
     px: int | None
     waiters: list[asyncio.Future[None]] | None = None
+    #: (token, message ID) of the reservation whose task this is the result
+    #: of: stored only while the token holds the message (None: stored as it is).
+    fence: tuple[str, int] | None = None
 
     def wait(self) -> asyncio.Future[None]:
         """Return a future resolved once this write was sent (or given up)."""
@@ -74,6 +83,9 @@ class ResultWrite:
 #: Pending settlements: (token, move target or '' to delete) -> message IDs.
 Settles = dict[tuple[str, str], list[int]]
 
+#: Told, after a commit, whether the acknowledgement of IDs of a token held.
+OnSettled = Callable[[str, list[int], bool], None]
+
 
 class Committer:
     """Batches the result writes and acknowledgements of one event loop."""
@@ -83,11 +95,13 @@ class Committer:
         runner: AsyncRedisRunner,
         *,
         on_written: Callable[[Sequence[ResultWrite]], None] | None = None,
+        on_settled: OnSettled | None = None,
         busy: Callable[[], bool] | None = None,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self._runner = runner
         self._on_written = on_written
+        self._on_settled = on_settled
         self._busy = busy
         self._retry_seconds = retry_seconds
         self._writes: list[ResultWrite] = []
@@ -153,13 +167,17 @@ class Committer:
         # The reply of a try that happened but that too few replicas
         # confirmed (ReplicationTimeout): repeats only wait for replicas,
         # and find its messages settled already (lost, to them).
-        happened: list[Settlement] | None = None
+        happened: Committed | None = None
+        # A try whose reply was lost may have applied the batch: a repeat
+        # then finds its own settlements done (and refuses its results).
+        unsure = False
         while True:
             try:
                 reply = await self._runner.run(call)
             except Exception as exc:
                 if isinstance(exc, ReplicationTimeout) and happened is None:
                     happened = exc.result
+                unsure = unsure or isinstance(exc, OutcomeUnknown)
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     self._gave_up(writes, settles, exc, happened is not None)
                     return
@@ -167,12 +185,43 @@ class Committer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
-            lost = sum(settlement.lost for settlement in happened or reply)
+            self._settled(settles, happened or reply, unsure)
+            return
+
+    def _settled(self, settles: Settles, committed: Committed, unsure: bool) -> None:
+        """Report what the commit refused, and each settlement's outcome.
+
+        ``unsure``: an earlier try's reply was lost, so what this try found
+        done may be that try's own work.
+        """
+        lost = sum(settlement.lost for settlement in committed.settlements)
+        if unsure and (committed.refused or lost):
+            logger.warning(
+                "%d result(s) and %d acknowledgement(s) were found done or taken over when "
+                "sent again after a lost reply: the lost try probably applied them (or their "
+                "lease had been taken over by another worker)",
+                committed.refused,
+                lost,
+            )
+        else:
+            if committed.refused:
+                logger.warning(
+                    "%d result(s) not stored: their task's lease had been taken over by "
+                    "another worker (this one was stopped or cut off past its lease); the "
+                    "result of the worker that holds the task stands",
+                    committed.refused,
+                )
             if lost > 0:
                 logger.warning(
-                    "%d task(s) finished after their lease was lost; they may run again", lost
+                    "%d acknowledgement(s) refused: the task finished after its lease was "
+                    "taken over; it may run again (or ran) on another worker",
+                    lost,
                 )
-            return
+        if self._on_settled is not None:
+            for ((token, _), ids), settlement in zip(
+                settles.items(), committed.settlements, strict=True
+            ):
+                self._on_settled(token, ids, settlement.lost == 0)
 
     def _gave_up(
         self, writes: list[ResultWrite], settles: Settles, exc: Exception, happened: bool
@@ -192,9 +241,9 @@ class Committer:
             )
 
 
-def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[list[Settlement]]:
+def _commit_call(writes: list[ResultWrite], settles: Settles) -> calls.Call[Committed]:
     """Return the ``commit`` script call storing ``writes`` and settling ``settles``."""
-    values = [ValueWrite(write.key, write.value, write.px) for write in writes]
+    values = [ValueWrite(write.key, write.value, write.px, write.fence) for write in writes]
     groups = [
         SettleGroup(token, "move" if target else "delete", target, tuple(ids))
         for (token, target), ids in settles.items()

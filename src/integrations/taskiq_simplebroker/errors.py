@@ -13,7 +13,7 @@ import redis.exceptions as rx
 from simplebroker.ext import BrokerError, MessageError, OperationalError
 from taskiq.exceptions import ResultGetError, SendTaskError, TaskiqError
 
-from simplebroker_redis import AccessDenied, ReplicationTimeout
+from simplebroker_redis import AccessDenied, OutcomeUnknown, ReplicationTimeout
 
 # The backend's reconnect backoff bounds serve every retry loop here too.
 from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
@@ -27,6 +27,7 @@ __all__ = [
     "ResultIsMissingError",
     "ScheduleError",
     "SimpleBrokerTaskiqError",
+    "TaskOutcomeUnknown",
     "is_transient",
 ]
 
@@ -107,6 +108,50 @@ class DeadLetteredError(SimpleBrokerTaskiqError):
     # One positional argument, so Taskiq rebuilds it from a stored result.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
+
+
+def check_dedupe_seconds(value: object) -> float | None:
+    """Return a broker's ``dedupe_seconds`` (None: off); raise ``ConfigurationError`` if invalid."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0.001:
+        raise ConfigurationError("dedupe_seconds must be a number >= 0.001, or None")
+    return float(value)
+
+
+class TaskOutcomeUnknown(SimpleBrokerTaskiqError, OutcomeUnknown):
+    """A task was sent, but the reply never came: it may or may not be queued.
+
+    ``kiq()`` raises Taskiq's ``SendTaskError`` from it. The write left
+    this process, then its reply timed out (``socket_timeout``, 10 s by
+    default) or the connection broke: the server may have stored the task,
+    or may still store it when the network delivers the request late.
+    Sending the same task again (same task ID and arguments:
+    ``task.kicker().with_task_id(error.task_id).kiq(...)``) within the
+    broker's ``dedupe_seconds`` never stores a second copy.
+    """
+
+    # Taskiq errors are dataclass-like: each class declares its own __init__.
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.task_id = ""
+
+    @classmethod
+    def of(
+        cls, task_id: str, dedupe_seconds: float | None, cause: OutcomeUnknown
+    ) -> TaskOutcomeUnknown:
+        """Return the error of task ``task_id``'s write whose outcome ``cause`` left unknown."""
+        if dedupe_seconds is None:
+            advice = "this broker has dedupe_seconds=None: a resend may store it twice"
+        else:
+            advice = (
+                f"sending it again with the same task ID and arguments within "
+                f"{dedupe_seconds:g} s (task.kicker().with_task_id({task_id!r}).kiq(...)) "
+                "stores no second copy"
+            )
+        error = cls(f"task {task_id} may or may not have been queued ({cause}); {advice}")
+        error.task_id = task_id
+        return error
 
 
 _TRANSIENT_CAUSES = (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, OSError)

@@ -19,12 +19,19 @@ once nothing else of the listener is in flight. Every worker crash counts as
 a delivery of each message the worker held, so without this a poison task
 would take the innocent tasks reserved with it to the dead-letter queue.
 
+A buffered message is yielded only while this worker's lease on it holds:
+one whose token the heartbeat found lost (another worker recovered it) is
+dropped, and one whose lease's known deadline passed by the server's
+clock, as estimated here (the process was stopped, or cut off from the
+server, past its lease) is handed back unstarted (see
+:meth:`~simplebroker_redis.holdings.Holdings.standing`).
+
 Closing the generator (Taskiq does so on shutdown) hands the messages it
 reserved but did not yield back at once, with their delivery count
 restored. A reservation interrupted by cancellation is completed and handed
 back too, so cancellation never strands a message until its lease expires.
 Transient storage errors (server restarting, timeouts) are retried with
-exponential backoff from 100 ms to 5 s; anything else propagates. A worker
+exponential backoff from 100 ms to 2 s; anything else propagates. A worker
 whose server did not answer at start-up (the broker logged that once)
 waits here for it before it subscribes, reserves or starts its heartbeat.
 """
@@ -43,9 +50,11 @@ from taskiq.acks import AckableMessage
 
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncActivity
+from simplebroker_redis.holdings import Standing
 from simplebroker_redis.types import Lease, LeasedMessage, MultiLease
 
 from .codec import decode_body
+from .deliveries import task_id_of
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient
 from .runtime import PrefetchWindow, Runtime
 
@@ -80,9 +89,11 @@ class TaskListener:
         max_deliveries: int | None,
         name: str | None = None,
         ready: Callable[[], Awaitable[None]] | None = None,
+        task_id: Callable[[bytes], str] | None = None,
     ) -> None:
         self.runtime = runtime
         self._ready = ready
+        self._task_id = task_id  #: the task ID of a body Taskiq's JSON formatter did not write
         self.sources = list(sources)  #: (queue, dead-letter queue), in reservation order
         self.queue = name or ", ".join(queue for queue, _ in self.sources)
         self.lease_seconds = lease_seconds
@@ -115,6 +126,9 @@ class TaskListener:
                 if not buffer:
                     await self._fill()
                     continue
+                if self.runtime.holdings.standing(buffer[0][0]) is not Standing.HELD:
+                    await self._drop_stale()
+                    continue
                 held = buffer.popleft()
                 token, message, dead = held
                 if message.id == window.alone:
@@ -123,17 +137,65 @@ class TaskListener:
                     except BaseException:
                         buffer.appendleft(held)  # handed back on close
                         raise
+                    if self.runtime.holdings.standing(token) is not Standing.HELD:
+                        buffer.appendleft(held)  # dropped or handed back next round
+                        continue
                 try:
                     data = decode_body(message.body)
                 except ValueError:
                     self._dead_letter_damaged(token, message, dead)
                     continue
+                task_id = task_id_of(data, self._task_id)
+                if task_id is not None:
+                    self.runtime.deliveries.add(task_id, token, message.id)
                 # model_construct: both fields are built here, skip validation.
                 yield AckableMessage.model_construct(
-                    data=data, ack=partial(ack, window, token, message.id, dead)
+                    data=data, ack=partial(ack, window, token, message.id, dead, task_id)
                 )
         finally:
             await self._close()
+
+    async def _drop_stale(self) -> None:
+        """Take every buffered message whose lease is no longer this worker's out of the buffer.
+
+        A lost one (the heartbeat found its token gone: another worker
+        recovered it) is dropped; an expired one (its known deadline passed,
+        see :meth:`~simplebroker_redis.holdings.Holdings.standing`) is
+        handed back unstarted, its delivery taken back. Logged once per call.
+        """
+        holdings = self.runtime.holdings
+        kept: deque[Held] = deque()
+        expired: dict[str, list[int]] = {}
+        lost = 0
+        for held in self._buffer:
+            token, message, _ = held
+            standing = holdings.standing(token)
+            if standing is Standing.HELD:
+                kept.append(held)
+                continue
+            self.window.done(message.id)
+            if standing is Standing.EXPIRED:
+                expired.setdefault(token, []).append(message.id)
+            else:
+                lost += 1
+        self._buffer.clear()
+        self._buffer.extend(kept)
+        if expired:
+            count = sum(len(ids) for ids in expired.values())
+            logger.warning(
+                "%d prefetched task(s) of %s not started: their lease ran out while this "
+                "worker was stopped or cut off from the server; handed back",
+                count,
+                self.queue,
+            )
+            await self.runtime.hand_back(expired.items(), undeliver=True)
+        if lost:
+            logger.warning(
+                "%d prefetched task(s) of %s not started: another worker recovered them "
+                "after their lease ran out",
+                lost,
+                self.queue,
+            )
 
     async def _until_ready(self) -> None:
         """Wait until the server answers the broker's start-up check."""
@@ -196,8 +258,9 @@ class TaskListener:
             await self._abandon(call)
             raise
         if held:
+            deadline = reserved.deadline_ns
             for token, count in Counter(token for token, _, _ in held).items():
-                self.runtime.holdings.hold(token, count)
+                self.runtime.holdings.hold(token, count, deadline)
             self.window.take(len(held))
             if last is not None:
                 self.window.alone = last.id
@@ -240,22 +303,29 @@ class TaskListener:
         return reserved, held, last
 
     async def _reservation(self, limit: int) -> Lease | MultiLease:
-        leases = self.runtime.leases
+        leases, holdings = self.runtime.leases, self.runtime.holdings
+        sent = time.monotonic()
+        reserved: Lease | MultiLease
         if len(self.sources) == 1:
             [(queue, dead)] = self.sources
-            return await leases.reserve(
+            reserved = await leases.reserve(
                 queue,
                 limit,
                 self.lease_seconds,
                 max_deliveries=self.max_deliveries,
                 dead_letter=dead if self.max_deliveries else None,
+                holder=holdings.holder,
             )
-        return await leases.reserve_queues(
-            [(queue, dead if self.max_deliveries else None) for queue, dead in self.sources],
-            limit,
-            self.lease_seconds,
-            max_deliveries=self.max_deliveries,
-        )
+        else:
+            reserved = await leases.reserve_queues(
+                [(queue, dead if self.max_deliveries else None) for queue, dead in self.sources],
+                limit,
+                self.lease_seconds,
+                max_deliveries=self.max_deliveries,
+                holder=holdings.holder,
+            )
+        holdings.clock.observe(reserved.created_ns, sent)
+        return reserved
 
     def _last_delivery(self, messages: Messages) -> LeasedMessage | None:
         """Return a redelivered message on its last allowed delivery, if any.
@@ -305,8 +375,7 @@ class TaskListener:
             dead,
         )
         self.window.done(message.id)
-        self.runtime.holdings.let_go(token)
-        self.runtime.committer.submit((), token, message.id, dead)
+        self.runtime.settle_later(token, message.id, dead)
 
     async def _close(self) -> None:
         batches: dict[str, list[int]] = {}

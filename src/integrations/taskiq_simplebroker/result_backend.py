@@ -177,7 +177,7 @@ class SimpleBrokerResultBackend(AsyncResultBackend[_ReturnType]):
         runner, runtime = self._shard(task_id)
         key = runner.keys.result_key(task_id)
         write = ResultWrite(key, self._dump(result), self.expiry_ms)
-        if runtime is not None and runtime.stash(write):
+        if runtime is not None and runtime.stash(write, task_id):
             return
         await runner.execute(
             lambda client: client.set(write.key, write.value, px=write.px), writes=True

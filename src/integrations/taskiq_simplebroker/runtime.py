@@ -14,7 +14,10 @@ away (another acknowledgement mode, a middleware awaiting in between), the
 stash is sent on the next loop iteration instead, so a result is never held
 back. Reads of a stashed result in the same process wait for its write.
 A task that called ``context.reject()`` is marked the same way, and its
-acknowledgement moves the message to the dead-letter queue.
+acknowledgement moves the message to the dead-letter queue. Each result is
+fenced by its task's reservation (:mod:`.deliveries`): a worker whose lease
+was taken over cannot overwrite the result of the worker that holds the
+task now.
 
 The heartbeat thread and the dead-letter watch start only once the server
 answered (:meth:`Runtime.start`), so a worker started before its server
@@ -40,6 +43,7 @@ from simplebroker_redis.types import DeadLetterEntry
 
 from .commit import Committer, ResultWrite
 from .deadletters import DeadLetterWatch
+from .deliveries import Deliveries
 
 logger = logging.getLogger("taskiq_simplebroker")
 
@@ -125,7 +129,14 @@ class Runtime:
         self.leases = AsyncLeases(runner)
         self.dead_letter_queue = dead_letter_queue
         self.holdings = Holdings()
-        self.committer = Committer(runner, on_written=self._written, busy=self.holdings.busy)
+        #: Which reservation holds each task started here (fences its result).
+        self.deliveries = Deliveries()
+        self.committer = Committer(
+            runner,
+            on_written=self._written,
+            on_settled=self.deliveries.settled,
+            busy=self.holdings.busy,
+        )
         # Shown in the worker's heartbeat record: the queues, not each priority queue.
         names = [queue for queue, _ in sources]
         levels = {priority_queue(base, p) for base in names for p in range(1, 10)}
@@ -176,22 +187,47 @@ class Runtime:
 
     # -- acknowledgement --------------------------------------------------------
     async def ack(
-        self, window: PrefetchWindow, token: str, message_id: int, dead_letter_queue: str = ""
+        self,
+        window: PrefetchWindow,
+        token: str,
+        message_id: int,
+        dead_letter_queue: str = "",
+        task_id: str | None = None,
     ) -> None:
         """Settle one delivered message, together with its task's stashed results.
 
         A rejected task's message goes to ``dead_letter_queue`` (that of the
-        queue it came from; the runtime's own when empty).
+        queue it came from; the runtime's own when empty). ``task_id``: the
+        task the message carries, whose delivery is forgotten once the task
+        that acknowledges it ends (a result saved after the acknowledgement
+        still needs it).
         """
         task = asyncio.current_task()
+        if task_id is not None:
+            if task is None:
+                self.deliveries.forget(task_id)
+            else:
+                forget = self.deliveries.forget
+                task.add_done_callback(lambda _: forget(task_id))
         mark = self._marks.pop(task, None) if task is not None else None
         window.done(message_id)
-        self.holdings.let_go(token)
-        if mark is None:
-            await self.committer.submit((), token, message_id)
-        else:
-            target = (dead_letter_queue or self.dead_letter_queue) if mark.reject else ""
-            await self.committer.submit(mark.writes, token, message_id, target)
+        # Held (renewed, spared by this worker's recovery) until the
+        # acknowledgement lands: a partition may hold it up past the lease.
+        self.holdings.settling(token)
+        try:
+            if mark is None:
+                await self.committer.submit((), token, message_id)
+            else:
+                target = (dead_letter_queue or self.dead_letter_queue) if mark.reject else ""
+                await self.committer.submit(mark.writes, token, message_id, target)
+        finally:
+            self.holdings.let_go(token)
+
+    def settle_later(self, token: str, message_id: int, target: str) -> None:
+        """Move one held message to ``target`` without waiting; let it go once that landed."""
+        self.holdings.settling(token)
+        done = self.committer.submit((), token, message_id, target)
+        done.add_done_callback(lambda _: self.holdings.let_go(token))
 
     def mark_rejected(self) -> None:
         """Make the current task's acknowledgement dead-letter its message."""
@@ -206,11 +242,17 @@ class Runtime:
         return mark
 
     # -- results ----------------------------------------------------------------
-    def stash(self, write: ResultWrite) -> bool:
-        """Attach ``write`` to the current task's acknowledgement; False if impossible."""
+    def stash(self, write: ResultWrite, task_id: str | None = None) -> bool:
+        """Attach ``write`` to the current task's acknowledgement; False if impossible.
+
+        ``task_id``: the task whose result ``write`` is; a task delivered
+        here fences it (see :mod:`.deliveries`).
+        """
         task = asyncio.current_task()
         if task is None or not self.is_current():
             return False
+        if task_id is not None:
+            write.fence = self.deliveries.fence(task_id)
         self._mark(task).writes.append(write)
         self._unwritten[write.key] = write
         self.loop.call_soon(self._send_stashed, task)
@@ -242,6 +284,8 @@ class Runtime:
         released = 0
         for token, ids in batches:
             self.holdings.let_go(token, len(ids))
+            for message_id in ids:
+                self.deliveries.forget_message(token, message_id)
             try:
                 released += await self.leases.release(token, ids, undeliver=undeliver)
             except ReplicationTimeout as exc:  # done on the primary, not on a replica yet

@@ -26,7 +26,7 @@ import redis
 
 from ..runner import RedisRunner
 from .memo import Mark, QuietMemo
-from .outage import PING_INTERVAL, SUBSCRIBE_WAIT, Outage, SlotMoved
+from .outage import PING_INTERVAL, PING_TIMEOUT, SUBSCRIBE_WAIT, Outage, SlotMoved, Unanswered
 
 #: Seconds :meth:`WakeupListener.sync` waits for its PING to be answered.
 SYNC_WAIT: Final[float] = 1.0
@@ -333,7 +333,11 @@ class WakeupListener:
             time.sleep(delay)
 
     def _serve(self) -> NoReturn:
-        last_io = time.monotonic()
+        # Liveness: a PING after PING_INTERVAL s without a byte from the
+        # server, answered within PING_TIMEOUT s (any byte counts), or the
+        # connection is given up as half-open.
+        heard = time.monotonic()
+        pinged: float | None = None
         idle_since: float | None = None
         # The socket watched and its wait (built once per socket).
         watch: tuple[Any, Callable[[float], set[int]]] | None = None
@@ -348,14 +352,20 @@ class WakeupListener:
             poked = self._wake_r in ready
             if poked:
                 os.read(self._wake_r, 4096)
-            if poked or sock.fileno() in ready:
-                self._drain(readable=sock.fileno() in ready)
-                last_io = time.monotonic()
-            elif time.monotonic() - last_io > PING_INTERVAL:
+            readable = sock.fileno() in ready
+            if poked or readable:
+                self._drain(readable=readable)
+            now = time.monotonic()
+            if readable:
+                heard, pinged = now, None
+            elif pinged is not None:
+                if now - pinged > PING_TIMEOUT:
+                    raise Unanswered
+            elif now - heard > PING_INTERVAL:
                 with self._lock:
                     self._pubsub.ping()
                     self._pings += 1
-                last_io = time.monotonic()
+                pinged = now
 
 
 def _readiness(*fds: int) -> Callable[[float], set[int]]:

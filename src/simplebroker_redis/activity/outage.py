@@ -7,7 +7,7 @@ or whose slot moved, is in an *outage* until a new subscription has lasted
 not depend on how the subscriber reads its socket: where to reconnect (a
 ``MOVED`` answer names the new owner; otherwise a cluster asks its seed
 nodes again), how long to wait (:class:`~simplebroker_redis.retry.Backoff`,
-0.1 s to 5 s), and what to log (one warning when an outage begins, one
+0.1 s to 2 s), and what to log (one warning when an outage begins, one
 line when the subscription is back). Each subscriber only sleeps for the
 delay it is given, in its own way.
 """
@@ -24,7 +24,16 @@ from ..connection import Connections
 from ..retry import Backoff
 
 #: Seconds of silence on a subscription before it is checked with a PING.
-PING_INTERVAL: Final[float] = 30.0
+PING_INTERVAL: Final[float] = 5.0
+
+#: Seconds a PING on a subscription may go unanswered before the connection
+#: counts as lost. A subscribed socket has no read timeout (it idles
+#: between wake-ups), so without this a network that went silent (a
+#: blackhole, a NAT that forgot the flow: no RST ever arrives) would leave
+#: a worker deaf until TCP gave up, minutes later. With it the subscriber
+#: notices within ``PING_INTERVAL + PING_TIMEOUT`` seconds (8), shorter
+#: than the default 10 s lease, and reconnects.
+PING_TIMEOUT: Final[float] = 3.0
 
 #: Seconds a new subscriber waits for its first subscription before going on
 #: without it (an unreachable server only delays it; the subscriber keeps
@@ -44,6 +53,13 @@ class SlotMoved(redis.ConnectionError):
 
     def __init__(self, channel: str) -> None:
         super().__init__(f"the server ended the subscription of {channel}")
+
+
+class Unanswered(redis.ConnectionError):
+    """A PING on the subscription went unanswered for ``PING_TIMEOUT`` seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(f"no answer to a PING within {PING_TIMEOUT:g} s (half-open connection?)")
 
 
 class Outage:

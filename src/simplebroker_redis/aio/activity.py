@@ -9,7 +9,14 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..activity.outage import PING_INTERVAL, SUBSCRIBE_WAIT, Outage, SlotMoved
+from ..activity.outage import (
+    PING_INTERVAL,
+    PING_TIMEOUT,
+    SUBSCRIBE_WAIT,
+    Outage,
+    SlotMoved,
+    Unanswered,
+)
 from ..activity.waiter import wake_channels
 from .runner import AsyncRedisRunner
 from .tasks import stop_task
@@ -30,8 +37,9 @@ class AsyncActivity:
     moved (the server's unrequested ``sunsubscribe``, or MOVED) or a failover
     is an outage like any other, handled as the sync listener handles it
     (:class:`~simplebroker_redis.activity.outage.Outage`): one warning,
-    then reconnects to the new primary, backing off from 0.1 s to 5 s. An
-    idle subscription sends one PING per 30 s.
+    then reconnects to the new primary, backing off from 0.1 s to 2 s. An
+    idle subscription sends a PING after 5 s of silence, and one left
+    unanswered for 3 s ends it as an outage (a half-open connection).
     """
 
     def __init__(self, runner: AsyncRedisRunner, queue_names: Sequence[str]) -> None:
@@ -95,20 +103,28 @@ class AsyncActivity:
 
     async def _serve(self, pubsub: Any) -> NoReturn:
         clock = asyncio.get_running_loop().time
+        # Liveness: a PING after PING_INTERVAL s without a message, answered
+        # within PING_TIMEOUT s, or the connection is given up as half-open.
+        # (redis-py returns None for the replies it swallows, say those of
+        # its own health checks; our PING's answer is a "pong" message.)
+        heard, pinged = clock(), None
         while True:
-            started = clock()
-            message = await pubsub.get_message(timeout=PING_INTERVAL)
+            due = heard + PING_INTERVAL if pinged is None else pinged + PING_TIMEOUT
+            message = await pubsub.get_message(timeout=max(0.0, due - clock()))
+            now = clock()
             if message is not None:
+                heard, pinged = now, None
                 kind = message.get("type")
                 if kind == "smessage":
                     self._event.set()
                 elif kind == "sunsubscribe":  # never requested: the slot moved
                     raise SlotMoved(str(message["channel"]))
-            elif clock() - started >= PING_INTERVAL:
-                # Idle: check the connection. (None alone does not mean idle:
-                # redis-py also returns None for replies it ignores, such as
-                # a decoded PONG, so pinging on None would never stop.)
+            elif pinged is not None:
+                if now - pinged >= PING_TIMEOUT:
+                    raise Unanswered
+            elif now - heard >= PING_INTERVAL:
                 await pubsub.ping()
+                pinged = now
 
 
 async def _close_quietly(*resources: Any) -> None:

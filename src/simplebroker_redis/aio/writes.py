@@ -14,6 +14,7 @@ from .. import calls
 from ..errors import ScriptConflict
 from ..ids import HighWaterClock
 from ..retry import ConflictBackoff
+from ..types import Dedupe
 from ..validation import check_task_key, finite_number, validate_message, validate_queue_name
 from .runner import AsyncRedisRunner
 
@@ -38,6 +39,7 @@ class _Write:
     delay_us: int
     future: asyncio.Future[int]
     task_key: str = ""
+    once: Dedupe | None = None
 
 
 class _LoopWrites:
@@ -113,7 +115,14 @@ class AsyncMessages:
         return self._clock.candidates(1)[0]
 
     async def write(
-        self, queue: str, body: str, *, delay_seconds: float = 0.0, task_key: str = ""
+        self,
+        queue: str,
+        body: str,
+        *,
+        delay_seconds: float = 0.0,
+        task_key: str = "",
+        dedupe_key: str | None = None,
+        dedupe_seconds: float = calls.DEFAULT_DEDUPE_SECONDS,
     ) -> int:
         """Write ``body`` to ``queue``; with a delay it is claimable only later.
 
@@ -121,10 +130,21 @@ class AsyncMessages:
         (:func:`simplebroker_redis.tasks.index_key`), in the same step.
         Returns the committed message ID. Invalid input raises before anything
         is queued; a cancelled write that was not sent yet is dropped.
+
+        ``dedupe_key`` makes the write idempotent: if a write with the same
+        key stored its message within the last ``dedupe_seconds`` (or does
+        in the same batch), nothing more is stored and that write's ID is
+        returned. A write that failed with ``OutcomeUnknown`` can so be sent
+        again without a second copy.
         """
         validate_queue_name(queue)
         validate_message(body, self._max)
         finite_number(delay_seconds, "delay_seconds")
+        once = (
+            None
+            if dedupe_key is None
+            else calls.dedupe(self.runner.keys, dedupe_key, dedupe_seconds)
+        )
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():
             self._pid, self._loops = os.getpid(), weakref.WeakKeyDictionary()
@@ -132,7 +152,7 @@ class AsyncMessages:
         if state is None:
             state = self._loops[loop] = _LoopWrites()
         delay_us = max(0, round(delay_seconds * 1_000_000))
-        item = _Write(queue, body, delay_us, loop.create_future(), check_task_key(task_key))
+        item = _Write(queue, body, delay_us, loop.create_future(), check_task_key(task_key), once)
         if state.sender is None and not state.inline:
             # Nothing in flight: send this write now, from this task (no hop).
             state.inline = True
@@ -178,7 +198,7 @@ class AsyncMessages:
             state.sender = None
 
     async def _commit(self, batch: list[_Write]) -> list[int]:
-        items = [(item.queue, item.body, item.delay_us, item.task_key) for item in batch]
+        items = [(item.queue, item.body, item.delay_us, item.task_key, item.once) for item in batch]
         backoff = ConflictBackoff(self.runner.where)
         while True:
             try:
@@ -187,5 +207,5 @@ class AsyncMessages:
                 self._clock.observe(backoff.observed(conflict))
                 await asyncio.sleep(backoff.after(conflict))
                 continue
-            self._clock.observe(ids[-1])
+            self._clock.observe(max(ids))
             return ids

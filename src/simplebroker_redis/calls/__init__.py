@@ -20,7 +20,7 @@ and replies too), :mod:`.operations` (metrics, dashboard, worker beats) and
 This package only re-exports them, so every call reads ``calls.<name>(...)``.
 """
 
-from .base import Call
+from .base import Call, new_holder
 from .celery import (
     celery_bind,
     celery_chord_add,
@@ -33,15 +33,26 @@ from .celery import (
 )
 from .dramatiq import dramatiq_dead, dramatiq_store
 from .journal import dead_letter_ack, dead_letters
-from .leases import commit, recover, release, renew, reserve, reserve_queues, settle
+from .leases import (
+    commit,
+    recover,
+    release,
+    renew,
+    renewal,
+    reserve,
+    reserve_queues,
+    settle,
+)
 from .operations import dead_letter_requeue, depths, inspect, worker_beat
 from .queues import (
+    DEFAULT_DEDUPE_SECONDS,
     advance_ts,
     alias_add,
     alias_remove,
     broadcast,
     claim,
     cleanup,
+    dedupe,
     delete_ids,
     delete_queues,
     find,
@@ -65,6 +76,7 @@ from .schedules import schedule_claim, schedule_list, schedule_sent
 from .tasks import running, task_find, task_stats, task_stats_read
 
 __all__ = [
+    "DEFAULT_DEDUPE_SECONDS",
     "Call",
     "advance_ts",
     "alias_add",
@@ -84,6 +96,7 @@ __all__ = [
     "dead_letter_ack",
     "dead_letter_requeue",
     "dead_letters",
+    "dedupe",
     "delete_ids",
     "delete_queues",
     "depths",
@@ -94,6 +107,7 @@ __all__ = [
     "insert",
     "inspect",
     "key_types",
+    "new_holder",
     "peek",
     "probe_exists",
     "probe_latest",
@@ -103,6 +117,7 @@ __all__ = [
     "release",
     "rename",
     "renew",
+    "renewal",
     "reserve",
     "reserve_queues",
     "running",

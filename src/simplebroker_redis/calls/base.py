@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..keys import format_id
-from ..scripts import ScriptName
+from ..scripts import READ_ONLY, ScriptName
 from ..validation import finite_number
 
 R = TypeVar("R")
@@ -37,6 +38,20 @@ class Call(Generic[R]):
     runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
     writes: bool = False  #: a plain command that changes data (see above)
 
+    @property
+    def changes(self) -> bool:
+        """Return whether the call changes data: a writing script, or a command marked ``writes``.
+
+        ``init`` does not count: creating a namespace twice is harmless. A
+        change is what WAIT/WAITAOF follow, and what a lost reply leaves
+        unknown (:class:`~simplebroker_redis.errors.OutcomeUnknown`).
+        """
+        if self.idempotent:
+            return False
+        if self.script is None:
+            return self.writes
+        return self.script not in READ_ONLY and self.script != "init"
+
     def __await__(self) -> Generator[Any, None, R]:
         """Run this call on the asyncio runner it is bound to, and return its reply."""
         if self.runner is None:
@@ -46,9 +61,29 @@ class Call(Generic[R]):
 
 
 # -- arguments ------------------------------------------------------------------------
-def new_token() -> str:
-    """Return a fresh reservation token."""
-    return uuid.uuid4().hex
+#: What a holder (see :func:`new_token`) may be: lower-case hex.
+_HOLDER_RE = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+def new_holder() -> str:
+    """Return a fresh holder: the name of one worker's reservations (16 hex digits)."""
+    return uuid.uuid4().hex[:16]
+
+
+def new_token(holder: str | None = None) -> str:
+    """Return a fresh reservation token, ``<holder>.<random>`` when it has a holder.
+
+    A token that names its holder is spared by the recovery step that opens
+    that holder's own reservations (``lua/lib/upkeep.lua``): a worker's
+    reservation that reaches the server after a partition must not recover
+    the leases the same worker is about to renew.
+    """
+    token = uuid.uuid4().hex
+    if holder is None:
+        return token
+    if not isinstance(holder, str) or not _HOLDER_RE.match(holder):
+        raise ValueError(f"a holder is 1-32 lower-case hex digits, not {holder!r}")
+    return f"{holder}.{token}"
 
 
 def lease_microseconds(lease_seconds: float | None) -> int:

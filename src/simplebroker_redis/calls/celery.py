@@ -140,23 +140,29 @@ def celery_store(
     wake: str | None,
     *,
     guard: bool,
-    ack: tuple[str, int] | None = None,
+    fence: tuple[str, int] | None = None,
+    ack: bool = False,
     reserve_from: Sequence[tuple[str, str | None]] = (),
     reserve_limit: int = 0,
     lease_seconds: float | None = None,
     max_deliveries: int | None = None,
+    holder: str | None = None,
 ) -> Call[CeleryStored]:
     """Store the Celery result backend's entry ``name`` and publish ``wake``'s wake-up.
 
     ``celery_store.lua``. With ``guard`` an entry whose JSON says SUCCESS is
-    kept. ``ack`` = (token, message ID) also deletes that reserved message in
-    the same step (a worker's acknowledgement of the task whose result this
-    is). ``stored`` is 1 stored, 0 kept, -1 when the guard could not read
-    the stored entry (nothing done, nor acknowledged).
+    kept. ``fence`` = (token, message ID) stores nothing unless that
+    reservation still holds that message (``stored`` -2: its lease was
+    taken over, or it was handed back); with ``ack`` the same step also
+    deletes the message (a worker's acknowledgement of the task whose
+    result this is). ``stored`` is 1 stored, 0 kept, -1 when the guard
+    could not read the stored entry (nothing done, nor acknowledged).
 
     With ``ack``, ``reserve_from`` (as :func:`.leases.reserve_queues`'
     ``sources``) also reserves up to ``reserve_limit`` of their pending
-    messages in the same step (``reserved``): the worker's next batch.
+    messages in the same step (``reserved``): the worker's next batch,
+    under tokens naming ``holder`` (its own reservations are spared by the
+    step's recovery, as in :func:`.leases.reserve_queues`).
     """
     if expires_ms is not None:
         _lifetime(expires_ms)
@@ -166,13 +172,15 @@ def celery_store(
         "" if wake is None else validate_queue_name(wake),
         flag(guard),
     )
-    if ack is not None:
-        token, message_id = ack
+    if ack and fence is None:
+        raise ValueError("an acknowledgement with a result needs the message it fences")
+    if fence is not None:
+        token, message_id = fence
         if not token:
             raise ValueError("token must not be empty")
-        args += (token, format_id(int(message_id)))
+        args += ("ack" if ack else "fence", token, format_id(int(message_id)))
     if reserve_from:
-        if ack is None:
+        if not ack:
             raise ValueError("reserving with a result needs its acknowledgement")
-        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries)
+        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries, holder)
     return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))

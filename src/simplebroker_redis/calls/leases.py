@@ -11,11 +11,14 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..keys import format_id
 from ..types import (
+    Committed,
     Lease,
     LeasedMessage,
     MultiLease,
     Recovery,
+    Renewal,
     SettleGroup,
     Settlement,
     SettleMode,
@@ -66,14 +69,17 @@ def reserve(
     exact: int | None = None,
     order: str = "oldest",
     maintenance: str = "",
+    holder: str | None = None,
 ) -> Call[Lease]:
     """Reserve up to ``limit`` pending messages of ``queue`` for ``lease_seconds``.
 
     ``reserve.lua``, under a new token; ``None`` never expires.
     ``maintenance`` is a core's piggybacked maintenance request (internal).
+    ``holder`` (see :func:`~.base.new_token`): the reserving worker, whose
+    own expired reservations the script's recovery step leaves alone.
     """
     _check_reservation(queue, limit, target, max_deliveries, dead_letter)
-    token = new_token()
+    token = new_token(holder)
     args = (
         queue,
         token,
@@ -112,17 +118,19 @@ def reserve_queues(
     lease_seconds: float | None,
     *,
     max_deliveries: int | None = None,
+    holder: str | None = None,
 ) -> Call[MultiLease]:
     """Reserve up to ``limit`` pending messages of several queues, in strict order.
 
     ``reserve_queues.lua``: ``sources`` are (queue, dead-letter queue or
     None) pairs; the first queue's messages come first, then the second's,
     and so on. Each queue that gives messages gets its own token.
+    ``holder``: as for :func:`reserve`.
     """
     return Call(
         parse_multi_lease,
         "reserve_queues",
-        ordered_args(sources, limit, lease_seconds, max_deliveries),
+        ordered_args(sources, limit, lease_seconds, max_deliveries, holder),
     )
 
 
@@ -131,11 +139,16 @@ def ordered_args(
     limit: int,
     lease_seconds: float | None,
     max_deliveries: int | None,
+    holder: str | None = None,
 ) -> tuple[object, ...]:
-    """Validate an ordered reservation; return its arguments (a fresh token prefix first)."""
+    """Validate an ordered reservation; return its arguments (a fresh token prefix first).
+
+    ``holder``: the reserving worker (see :func:`~.base.new_token`); its
+    tokens are ``<holder>.<random>-<n>``.
+    """
     check_limit(limit)
     return (
-        new_token(),
+        new_token(holder),
         limit,
         lease_microseconds(lease_seconds),
         max_deliveries or 0,
@@ -207,21 +220,25 @@ def settle(
     return Call(_settlement, "settle", (token, mode, target, *id_args(ids)))
 
 
-def _settlements(raw: Any) -> list[Settlement]:
-    return [Settlement(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+def _committed(raw: Any) -> Committed:
+    settlements = tuple(Settlement(int(raw[i]), int(raw[i + 1])) for i in range(1, len(raw), 2))
+    return Committed(int(raw[0]), settlements)
 
 
-def commit(
-    writes: Sequence[ValueWrite], settlements: Sequence[SettleGroup]
-) -> Call[list[Settlement]]:
-    """``commit.lua``: store ``writes``, then settle each group; one Settlement per group."""
+def commit(writes: Sequence[ValueWrite], settlements: Sequence[SettleGroup]) -> Call[Committed]:
+    """``commit.lua``: store ``writes`` (those whose fence holds), then settle each group."""
     args: list[object] = [len(writes)]
     for write in writes:
-        args += (write.value, "" if write.px is None else write.px)
+        px = "" if write.px is None else write.px
+        if write.fence is None:
+            args += (write.value, px, "", "")
+        else:
+            token, message_id = write.fence
+            args += (write.value, px, token, format_id(int(message_id)))
     for group in settlements:
         args += (group.token, group.mode, group.target, len(group.ids), *id_args(group.ids))
     keys = tuple(write.key for write in writes)
-    return Call(_settlements, "commit", tuple(args), extra_keys=keys)
+    return Call(_committed, "commit", tuple(args), extra_keys=keys)
 
 
 def release(
@@ -241,8 +258,17 @@ def release(
     return Call(int, "release", (token, delay, flag(undeliver), *id_args(ids)))
 
 
-def _tokens(raw: Any) -> set[str]:
-    return {str(token) for token in raw}
+def _lost(raw: Any) -> set[str]:
+    return {str(token) for token in raw[1:]}
+
+
+def _renewal(raw: Any) -> Renewal:
+    return Renewal(now_ns=int(raw[0]) * 1000, lost=frozenset(str(token) for token in raw[1:]))
+
+
+def _renew_args(tokens: Iterable[str], lease_seconds: float | None) -> tuple[object, ...]:
+    lease = "" if lease_seconds is None else lease_microseconds(lease_seconds)
+    return (lease, *tokens)
 
 
 def renew(tokens: Iterable[str], lease_seconds: float | None = None) -> Call[set[str]]:
@@ -250,18 +276,28 @@ def renew(tokens: Iterable[str], lease_seconds: float | None = None) -> Call[set
 
     ``renew.lua``; ``lease_seconds`` None renews each token for its own lease.
     """
-    lease = "" if lease_seconds is None else lease_microseconds(lease_seconds)
-    return Call(_tokens, "renew", (lease, *tokens))
+    return Call(_lost, "renew", _renew_args(tokens, lease_seconds))
+
+
+def renewal(tokens: Iterable[str], lease_seconds: float | None = None) -> Call[Renewal]:
+    """:func:`renew`, also returning the server's time (so each new deadline is known)."""
+    return Call(_renewal, "renew", _renew_args(tokens, lease_seconds))
 
 
 def _recovery(raw: Any) -> Recovery:
     return Recovery(released=int(raw[0]), tokens=int(raw[1]), more=bool(int(raw[2])))
 
 
-def recover(queue: str | None = None, *, max_tokens: int = 256) -> Call[Recovery]:
-    """Release expired reservations (of ``queue`` or every queue); ``recover.lua``."""
+def recover(
+    queue: str | None = None, *, max_tokens: int = 256, spare: Iterable[str] = ()
+) -> Call[Recovery]:
+    """Release expired reservations (of ``queue`` or every queue); ``recover.lua``.
+
+    ``spare``: tokens to leave alone however late their renewal (the
+    caller's own: a heartbeat names what its process holds).
+    """
     if queue is not None:
         validate_queue_name(queue)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError("max_tokens must be an integer >= 1")
-    return Call(_recovery, "recover", (queue or "", max_tokens))
+    return Call(_recovery, "recover", (queue or "", max_tokens, *spare))

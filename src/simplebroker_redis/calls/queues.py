@@ -8,14 +8,15 @@ about one queue, and deleting, renaming, aliasing and vacuuming.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from simplebroker.metadata import QueueStats
 
 from ..keys import FIXED_KEYS, Keyspace, format_id, queue_bounds
-from ..types import Broadcast, Row, TakeMode
-from ..validation import optional_id, validate_queue_name
+from ..types import Broadcast, Dedupe, Row, TakeMode
+from ..validation import finite_number, optional_id, validate_queue_name
 from .base import Call, flag, id_args, parse_bool
 
 
@@ -77,6 +78,33 @@ def key_types(keys: Keyspace) -> Call[dict[str, tuple[str, str]]]:
 
 
 # -- writes -------------------------------------------------------------------------
+#: Seconds a write's idempotency key is kept by default: a write sent again
+#: with the same key within this window (after its reply was lost, say)
+#: stores nothing. Like the duplicate-detection windows of SQS FIFO queues
+#: (5 minutes) and Azure Service Bus (10 minutes by default).
+DEFAULT_DEDUPE_SECONDS: Final[float] = 600.0
+
+#: What an idempotency key may be: printable ASCII without spaces, 1-200
+#: characters (task and message IDs: UUIDs, hex, ...).
+_DEDUPE_KEY_RE: Final = re.compile(r"^[!-~]{1,200}$")
+
+
+def dedupe(keys: Keyspace, key: str, seconds: float = DEFAULT_DEDUPE_SECONDS) -> Dedupe:
+    """Return the idempotency key ``key`` of a write in ``keys``' namespace, kept ``seconds``.
+
+    Raises ValueError for a key that is not 1-200 printable ASCII
+    characters without spaces, or a window under 1 ms.
+    """
+    if not isinstance(key, str) or not _DEDUPE_KEY_RE.match(key):
+        raise ValueError(
+            f"an idempotency key is 1-200 printable ASCII characters without spaces, not {key!r}"
+        )
+    window_ms = round(finite_number(seconds, "dedupe_seconds", bound=0) * 1000)
+    if window_ms < 1:
+        raise ValueError("dedupe_seconds must be at least 0.001")
+    return Dedupe(keys.sent_key(key), window_ms)
+
+
 def write(
     queue: str,
     body: str,
@@ -86,24 +114,51 @@ def write(
     delay_us: int = 0,
     maintenance: str = "",
     task_key: str = "",
+    once: Dedupe | None = None,
 ) -> Call[int]:
     """``write.lua``: one message (optionally delayed, or trimming the queue); its ID.
 
     ``task_key`` indexes the message under a framework's task id
-    (:func:`~simplebroker_redis.tasks.index_key`; '' for none).
+    (:func:`~simplebroker_redis.tasks.index_key`; '' for none). ``once``:
+    the write's idempotency key (see :func:`dedupe`).
     """
-    args = (queue, body, format_id(candidate), keep_newest, delay_us, maintenance, task_key)
-    return Call(int, "write", args)
+    args: tuple[object, ...] = (
+        queue,
+        body,
+        format_id(candidate),
+        keep_newest,
+        delay_us,
+        maintenance,
+        task_key,
+    )
+    if once is None:
+        return Call(int, "write", args)
+    return Call(int, "write", (*args, once.window_ms), extra_keys=(once.key,))
 
 
-def write_batch(
-    candidate: int, items: Sequence[tuple[str, str, int] | tuple[str, str, int, str]]
-) -> Call[list[int]]:
-    """``write_batch.lua``: (queue, body, delay in us[, task key]) messages, all or nothing."""
+#: One message of a group commit: (queue, body, delay in us[, task index
+#: key[, idempotency key]]).
+BatchItem = (
+    tuple[str, str, int] | tuple[str, str, int, str] | tuple[str, str, int, str, Dedupe | None]
+)
+
+
+def write_batch(candidate: int, items: Sequence[BatchItem]) -> Call[list[int]]:
+    """``write_batch.lua``: several messages, all or nothing.
+
+    Each item is (queue, body, delay in us), optionally with a task index
+    key fourth ('' for none) and an idempotency key fifth (see
+    :func:`dedupe`; None for none).
+    """
     args: list[object] = [format_id(candidate)]
+    keys: list[str] = []
     for item in items:
-        args += (*item[:3], item[3] if len(item) > 3 else "")
-    return Call(_ids, "write_batch", tuple(args))
+        task_key = item[3] if len(item) > 3 else ""
+        once = item[4] if len(item) > 4 else None
+        args += (*item[:3], task_key, "" if once is None else once.window_ms)
+        if once is not None:
+            keys.append(once.key)
+    return Call(_ids, "write_batch", tuple(args), extra_keys=tuple(keys))
 
 
 def insert(

@@ -110,18 +110,36 @@ class MessagesMixin(CoreBase):
 
     # -- writes ----------------------------------------------------------------
     def write(
-        self, queue: str, message: str, *, keep_newest: int | None = None, task_key: str = ""
+        self,
+        queue: str,
+        message: str,
+        *,
+        keep_newest: int | None = None,
+        task_key: str = "",
+        dedupe_key: str | None = None,
+        dedupe_seconds: float = calls.DEFAULT_DEDUPE_SECONDS,
     ) -> int:
         """Write one message; return its ID (one round trip).
 
         With ``keep_newest=N`` the same script leaves only the N newest
         messages of the queue pending; older pending ones become claimed.
+
         ``task_key`` indexes the message under a framework's task id
         (:func:`simplebroker_redis.tasks.index_key`), in the same step.
+
+        ``dedupe_key`` makes the write idempotent: if a write with the same
+        key stored its message within the last ``dedupe_seconds``, nothing
+        is stored and that write's ID is returned. A write that failed with
+        ``OutcomeUnknown`` can so be sent again without a second copy.
         """
         keep = validate_keep_newest(keep_newest)
         validate_queue_name(queue)
         check_task_key(task_key)
+        once = (
+            None
+            if dedupe_key is None
+            else calls.dedupe(self._runner.keys, dedupe_key, dedupe_seconds)
+        )
         self._guard("write")
         self._validate_message(message)
         committed = self._allocate(
@@ -133,6 +151,7 @@ class MessagesMixin(CoreBase):
                 keep_newest=keep or 0,
                 maintenance=self._maintenance_spec(),
                 task_key=task_key,
+                once=once,
             ),
         )
         self._clock.observe(committed)

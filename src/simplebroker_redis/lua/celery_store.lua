@@ -5,38 +5,52 @@
 -- one change (a worker that dies between the two cannot run it again).
 -- With the guard on, a task that already succeeded keeps its result: the
 -- check Celery's key-value backends make with a separate read (a task that
--- ran twice must not overwrite SUCCESS), made atomic here. With an
--- acknowledgement it can also reserve the worker's next messages (as
--- reserve_queues.lua), so that a worker running one task at a time spends
--- one round trip per task, not one more per prefetch window.
+-- ran twice must not overwrite SUCCESS), made atomic here. A result can be
+-- fenced by the reservation its task ran under: when that token no longer
+-- holds the message (its lease expired and another worker took it over, or
+-- it was handed back), nothing is stored: the result of a stale worker
+-- never overwrites the current holder's. With an acknowledgement it can
+-- also reserve the worker's next messages (as reserve_queues.lua), so that
+-- a worker running one task at a time spends one round trip per task, not
+-- one more per prefetch window.
 -- uses: guard, members, celery, tokens, settling, reserving, ordered
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
 -- ARGV: 1 wake prefix, 2 value, 3 expiry in ms ('' = none), 4 queue whose
 --       wake channel to publish on ('' = none), 5 guard ('1' = keep an
---       entry whose JSON says "status": "SUCCESS"), 6 reservation token
---       ('' = acknowledge nothing), 7 the 19-digit ID to delete from it,
---       then optionally (with an acknowledgement) the reservation's 8 token
---       prefix, 9 limit, 10 lease in us ('-1' = never expires), 11 max
---       deliveries ('0' = unlimited), and (queue, dead-letter queue or '')
---       pairs, as ARGV 2.. of reserve_queues.lua.
+--       entry whose JSON says "status": "SUCCESS"), 6 holding: '' (not
+--       fenced), 'fence' (store only while ARGV 7 holds ARGV 8) or 'ack'
+--       (the same, and delete that message), 7 reservation token, 8 the
+--       19-digit message ID, then optionally (with 'ack') the reservation's
+--       9 token prefix ('<holder>.<random>': the upkeep spares that
+--       holder's tokens), 10 limit, 11 lease in us ('-1' = never expires), 12
+--       max deliveries ('0' = unlimited), and (queue, dead-letter queue or
+--       '') pairs, as ARGV 2.. of reserve_queues.lua.
 -- Returns: {stored, settled, lost}: stored is 1 stored, 0 kept (the task
 -- had succeeded; its message is acknowledged all the same), -1 nothing
 -- done at all: the guard could not read the stored entry (not JSON:
--- another serializer), so the caller checks it itself; settled/lost as in
--- settle.lua (an unknown token or a damaged record: lost). With a
--- reservation asked for, then what reserve_queues.lua returns (none when
--- stored is -1).
+-- another serializer), so the caller checks it itself; -2 nothing done:
+-- fenced, the token no longer holds the message (lost is 1; stored 0
+-- instead when the entry already holds this very value: a retry of a store
+-- that happened); settled/lost as in settle.lua. With a reservation asked for, then what
+-- reserve_queues.lua returns (none when stored is negative).
 -- Raises (before any write but upkeep's, which a reservation starts with,
--- as in reserve_queues.lua): ARG (a malformed expiry, key list or
--- reservation), WRONGTYPE, TOKEN.
+-- as in reserve_queues.lua): ARG (a malformed expiry, holding, key list or
+-- reservation), WRONGTYPE, CORRUPT (the fencing token's record), TOKEN.
 celery_key_count(1)
 local entry = KEYS[FIXED_KEYS + 1]
-local value, px, queue, guard, token = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
+local value, px, queue, guard = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local holding, token, message = ARGV[6] or '', ARGV[7] or '', ARGV[8]
 if px ~= '' and not string.find(px, '^[1-9]%d*$') then fail('ARG', 'expiry ' .. tostring(px)) end
-local ahead, limit, lease = #ARGV > 7, tonumber(ARGV[9]), tonumber(ARGV[10])
-if ahead and (token == '' or not limit or limit < 1 or not lease or (#ARGV - 11) % 2 ~= 0
-    or #ARGV < 13) then
+if holding ~= '' and holding ~= 'fence' and holding ~= 'ack' then
+  fail('ARG', 'holding ' .. tostring(holding))
+end
+if holding ~= '' and (token == '' or not message) then
+  fail('ARG', holding .. ' needs a token and a message ID')
+end
+local ahead, limit, lease = #ARGV > 8, tonumber(ARGV[10]), tonumber(ARGV[11])
+if ahead and (holding ~= 'ack' or not limit or limit < 1 or not lease or (#ARGV - 12) % 2 ~= 0
+    or #ARGV < 14) then
   fail('ARG', 'a reservation needs an acknowledgement, a limit, a lease and queue pairs')
 end
 -- The guard's read of the entry also refuses a wrong-typed entry (then
@@ -51,9 +65,19 @@ if guard == '1' then
 else
   check_kind(entry, 'string')
 end
+-- The fence: the token must still hold the message (reads only).
+local record = nil
+if holding ~= '' then
+  record = read_record(token)
+  if not record or #held_ids(token, record.q, {message}) == 0 then
+    -- The same value stored already: this call's own first try, whose reply was lost.
+    if current == value then return {0, 0, 1} end
+    return {-2, 0, 1}
+  end
+end
 -- A reservation starts with upkeep, before any plan below reads what it may change.
 local head = nil
-if ahead then head = open_reservation(lease) end
+if ahead then head = open_reservation(lease, ARGV[9]) end
 local stored = 1
 if guard == '1' then
   if current then
@@ -65,22 +89,16 @@ end
 
 -- Plan the acknowledgement (reads and type checks) before the first write.
 local plan, emptied, lost = nil, {}, 0
-if token ~= '' then
-  if ARGV[7] == nil then fail('ARG', 'acknowledgement of ' .. token .. ' without an ID') end
-  lost = 1
-  local readable, record = pcall(read_record, token)
-  if readable and record then
-    plan = settle_plan(token, record, 'delete', '', {ARGV[7]})
-    emptied = settle_prepare({plan})
-  end
+if holding == 'ack' then
+  plan = settle_plan(token, record, 'delete', '', {message})
+  emptied = settle_prepare({plan})
 end
 
 local picked = nil
 if ahead then
-  local names, deads = queue_pairs(12)
-  picked = plan_ordered(ARGV[8], limit, names, deads)
+  local names, deads = queue_pairs(13)
+  picked = plan_ordered(ARGV[9], limit, names, deads)
 end
-
 if stored == 1 then
   if px == '' then
     redis.call('SET', entry, value)
@@ -95,6 +113,6 @@ unregister_queues(emptied)
 local out = {stored, settled, lost}
 if picked then
   for _, part in ipairs(head) do out[#out + 1] = part end
-  apply_ordered(picked, head[1], head[2], ARGV[10], ARGV[11], out)
+  apply_ordered(picked, head[1], head[2], ARGV[11], ARGV[12], out)
 end
 return out

@@ -3,7 +3,9 @@
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
 -- ARGV: 1 wake prefix, 2 lease in us ('' = each token's own lease length),
 --       3.. tokens.
--- Returns: the tokens that no longer exist (settled, released or recovered).
+-- Returns: {server time in us, then the tokens that no longer exist
+-- (settled, released or recovered)}. The time lets a worker know each
+-- renewed lease's deadline (time + lease) on the server's clock.
 -- Raises (before any write): CORRUPT when any token's record is damaged.
 -- Read (and so validate) every record before the first write: a damaged
 -- token must not leave the ones before it renewed and the rest not.
@@ -16,7 +18,7 @@ for i, token in ipairs(tokens) do
 end
 check_keys({K_LEASES})
 local now = now_us()
-local lost, encoded, scores = {}, {}, {}
+local lost, encoded, scores = {string.format('%.0f', now)}, {}, {}
 for i, token in ipairs(tokens) do
   local record = records[i]
   if not record then

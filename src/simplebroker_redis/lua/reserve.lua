@@ -4,7 +4,8 @@
 -- settled, released, or recovered after its lease expires.
 -- uses: guard, members, bulk, tokens, reserving, upkeep
 -- KEYS: the namespace's fixed keys (K_* names in the prelude).
--- ARGV: 1 wake prefix, 2 queue, 3 token (fresh, [0-9a-f]), 4 limit,
+-- ARGV: 1 wake prefix, 2 queue, 3 token (fresh, [0-9a-f], or
+--       '<holder>.<random>': the upkeep spares that holder's tokens), 4 limit,
 --       5 lease in us ('-1' = never expires), 6 move target recorded for
 --       settle ('' none), 7 after, 8 before, 9 exact, 10 max deliveries ('0' =
 --       unlimited), 11 dead-letter queue ('' none), 12 order, 13 maintenance
@@ -15,7 +16,7 @@
 local queue, token, limit, lease = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local after, before, exact = ARGV[7], ARGV[8], ARGV[9]
 if redis.call('HEXISTS', K_TOKENS, token) == 1 then fail('TOKEN', 'token ' .. token .. ' is in use') end
-local head = open_reservation(lease)
+local head = open_reservation(lease, token)
 
 local members
 if exact ~= '' then

@@ -1,17 +1,28 @@
 -- write.lua: allocate an ID and add one message, optionally trimming the
 -- queue's pending window (keep_newest) or delaying visibility.
 -- uses: guard, members, bulk, ids, upkeep, time, counters, tasks
--- KEYS: the namespace's fixed keys (K_* names in the prelude).
+-- KEYS: the namespace's fixed keys (K_* names in the prelude), then
+--       optionally 1 the write's idempotency key (a string: sent:<key>).
 -- ARGV: 1 wake prefix, 2 queue, 3 body, 4 candidate ID (client clock, 19
 --       digits), 5 keep_newest ('0' = no window), 6 delay in us ('0' = now),
 --       7 maintenance spec ('' when not due; see maintain() in lib/upkeep.lua),
---       8 task index key ('' or absent: none; see lib/tasks.lua).
--- Returns: the committed 19-digit message ID.
+--       8 task index key ('' or absent: none; see lib/tasks.lua), 9 how long
+--       (ms) the idempotency key is kept (with the key only).
+-- Returns: the committed 19-digit message ID; with an idempotency key that
+-- a write stored within its window, that write's ID, and nothing changes.
 -- Raises (before any write): UNINITIALIZED/FOREIGN/SCHEMA, WRONGTYPE, CLOCK
 -- (logical counter exhausted), IDCONFLICT, IDRANGE, RESERVED (keep_newest
 -- would displace a reserved message), CORRUPT (a displaced message has no
--- body). The wake-up is published inside the script, after the insert.
+-- body), ARG (a malformed window). The wake-up is published inside the
+-- script, after the insert.
 local queue, body, keep, delay = ARGV[2], ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6])
+local sent = KEYS[FIXED_KEYS + 1]
+if sent then
+  -- A write sent again after its reply was lost (same key): the first one's ID.
+  local earlier = redis.call('GET', sent)
+  if earlier then return earlier end
+  if not string.find(ARGV[9] or '', '^[1-9]%d*$') then fail('ARG', 'idempotency window') end
+end
 -- Reads first (each also refuses a wrong-typed key): meta, the candidate ID
 -- in bodies, the queue in the registry.
 local floor = high_water(namespace_meta('last_ts'))
@@ -71,6 +82,7 @@ if displaced.delayed and #displaced.delayed > 0 then
   zrem_all(K_DUE, displaced.delayed)
   zadd_all(K_CLAIMED, displaced.delayed)
 end
+if sent then redis.call('SET', sent, id, 'PX', ARGV[9]) end
 count_event(queue, 'enqueued', 1)
 wake(queue)
 maintain(ARGV[7])

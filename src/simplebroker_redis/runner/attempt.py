@@ -164,7 +164,7 @@ class Attempt:
             return False
         if self._deadline is not None and self._refused(exc):
             return True
-        error = translate(exc, self.where)
+        error = translate(exc, self.where, changing=self.call.changes)
         if isinstance(error, WrongType) and self._once("types"):
             error.__cause__ = exc
             self.wrong_type = error

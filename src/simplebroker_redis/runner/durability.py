@@ -19,14 +19,8 @@ from simplebroker.ext import OperationalError
 from ..calls import Call
 from ..errors import ReplicationTimeout
 from ..options import BackendOptions
-from ..scripts import READ_ONLY
 
 R = TypeVar("R")
-
-#: Scripts never followed by WAIT: reads, and ``init`` (a namespace lost in a
-#: failover is created again by the next call, see
-#: :class:`~simplebroker_redis.runner.attempt.Attempt`).
-_NOT_DURABLE: Final[frozenset[str]] = READ_ONLY | {"init"}
 
 
 def _version(info: Any) -> tuple[int, ...]:
@@ -60,9 +54,7 @@ class Durability:
 
     def wanted(self, call: Call[Any]) -> bool:
         """Return whether ``call`` is followed by WAIT/WAITAOF (a state-changing script)."""
-        if not self.options.durable or call.idempotent:
-            return False
-        return call.writes if call.script is None else call.script not in _NOT_DURABLE
+        return self.options.durable and call.changes
 
     def version_due(self, call: Call[Any], checked: bool) -> bool:
         """Return whether to ask the server's version (:data:`WAITAOF_INFO`) before ``call``.

@@ -48,6 +48,24 @@ local function release_ids(token, record, ids, due, undeliver, event)
   return #moved + dead
 end
 
+-- Whether recovery leaves `token` alone: `spare` is nil (spare nothing), or
+-- {holder = prefix or nil, tokens = set or nil}: the caller's own tokens,
+-- named by their holder prefix ('<holder>.<random>', see holder_of) or one
+-- by one. A worker renews what it holds; a reply held up by the network
+-- must not let its own request recover it first.
+local function spared(token, spare)
+  if not spare then return false end
+  if spare.tokens and spare.tokens[token] then return true end
+  local holder = spare.holder
+  return holder ~= nil and string.sub(token, 1, #holder + 1) == holder .. '.'
+end
+
+-- The holder named by a token (or a token prefix) '<holder>.<random>', or
+-- nil for a token that names none. Holders are hex, as are tokens.
+local function holder_of(token)
+  return string.match(token or '', '^(%x+)%.')
+end
+
 -- Recover one expired token; returns IDs released, or -1 when it was skipped.
 local function recover_token(token, now, queue)
   local record = read_record(token)
@@ -63,25 +81,31 @@ local function recover_token(token, now, queue)
 end
 
 -- Release every reservation whose lease deadline is before `now` (at most
--- `max_tokens` of them, optionally only those of `queue`). Age is qualified
--- in exact integer microseconds of server time, re-read from the token's own
--- record. A damaged token raises CORRUPT, unless `lenient` (the upkeep that
--- starts every claim), which skips it so one bad record cannot stop every
--- reader of the namespace; each token validates before it writes, so a
--- skipped token changed nothing. The types of every key are checked before
--- the first token is touched. Returns {IDs released, tokens, more left}.
-local function recover_expired(now, queue, max_tokens, lenient)
+-- `max_tokens` of them, optionally only those of `queue`), except those
+-- `spare` names (see spared; `spare.count` of them at most, so that many
+-- more are read and `more` stays true only while unspared ones may be
+-- left). Age is qualified in exact integer microseconds of server time,
+-- re-read from the token's own record. A damaged token raises CORRUPT,
+-- unless `lenient` (the upkeep that starts every claim), which skips it so
+-- one bad record cannot stop every reader of the namespace; each token
+-- validates before it writes, so a skipped token changed nothing. The types
+-- of every key are checked before the first token is touched. Returns {IDs
+-- released, tokens, more left}.
+local function recover_expired(now, queue, max_tokens, lenient, spare)
+  local read = max_tokens + ((spare and spare.count) or 0)
   local tokens = redis.call('ZRANGE', K_LEASES, '-inf', '(' .. string.format('%.0f', now),
-    'BYSCORE', 'LIMIT', 0, max_tokens)
+    'BYSCORE', 'LIMIT', 0, read)
   verified(K_LEASES)
   local released, recovered = 0, 0
   if #tokens > 0 then check_reservation_keys() end
   for _, token in ipairs(tokens) do
-    local ok, got
-    if lenient then
+    local ok, got = true, -1
+    if spared(token, spare) then
+      ok = false
+    elseif lenient then
       ok, got = pcall(recover_token, token, now, queue)
     else
-      ok, got = true, recover_token(token, now, queue)
+      got = recover_token(token, now, queue)
     end
     if ok and got >= 0 then
       released = released + got
@@ -89,6 +113,6 @@ local function recover_expired(now, queue, max_tokens, lenient)
     end
   end
   local more = 0
-  if #tokens == max_tokens then more = 1 end
+  if #tokens == read then more = 1 end
   return {released, recovered, more}
 end

@@ -1,13 +1,15 @@
 -- lib/reserving.lua: making a reservation: the upkeep and lease header it
 -- opens with, and the writes that put messages under a new token.
--- uses: bulk, counters, upkeep
+-- uses: bulk, counters, releasing, upkeep
 
 -- Start a reservation of lease `lease` (us, or -1 for none): run upkeep()
 -- (expired reservations back, due messages pending) before anything reads
 -- what it may change, and return the head of the reply: {created_us,
 -- deadline_us ('-1' none), next_due_in_us ('-1' when nothing is delayed)}.
-local function open_reservation(lease)
-  local now, next_due = upkeep()
+-- `token` (optional): the new token, or token prefix; when it names a
+-- holder ('<holder>.<random>'), the upkeep spares that holder's tokens.
+local function open_reservation(lease, token)
+  local now, next_due = upkeep(holder_of(token))
   local deadline, due_in = -1, '-1'
   if lease >= 0 then deadline = now + lease end
   if next_due then due_in = string.format('%.0f', math.max(0, tonumber(next_due) - now)) end

@@ -69,10 +69,17 @@ end
 -- Opportunistic upkeep run at the start of every claim or reservation:
 -- releases up to 16 expired reservations and promotes up to 256 due
 -- delayed messages, each a complete transition of its own. Three reads when
--- there is nothing to do. Returns the server time (us) and the due time of
--- the next delayed message still waiting (false when none).
-local function upkeep()
+-- there is nothing to do. `holder` (optional): the reserving worker's own
+-- tokens ('<holder>.<random>') are left alone: their expiry only means the
+-- worker's renewal has not arrived yet (a reservation held up by the
+-- network reaches the server first after a partition); the worker renews
+-- them, and its heartbeat's recovery hands back any it gave up. Returns the
+-- server time (us) and the due time of the next delayed message still
+-- waiting (false when none).
+local function upkeep(holder)
   local now = now_us()
-  recover_expired(now, '', 16, true)
+  local spare = nil
+  if holder then spare = {holder = holder} end
+  recover_expired(now, '', 16, true, spare)
   return now, promote_due(now, 256)
 end

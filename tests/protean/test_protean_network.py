@@ -1,0 +1,115 @@
+"""Network faults and stalls under Protean's engine, on Redis (issue 42).
+
+- An engine stopped (SIGSTOP) for three leases starts none of the messages
+  it had reserved ahead once it wakes (their leases ran out: another
+  engine took them over), and its late acknowledgements are refused.
+- An engine cut off from the server for longer than the lease handles no
+  message twice.
+- A publish whose replies are cut off fails within its bound with
+  ``OutcomeUnknown``; publishing the same message again stores it once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import papp
+import pytest
+from phelpers import handler_calls
+from test_protean_engine import done, publish_orders
+
+from simplebroker_redis import OutcomeUnknown
+from simplebroker_redis.devserver import DevServer
+from support.faultproxy import FaultProxy
+from support.waiting import wait_for
+
+FAST = {"PBK_LEASE": "1.0", "PBK_HEARTBEAT": "0.2", "PBK_RECOVER": "0.2"}
+
+
+@pytest.fixture
+def backend() -> str:
+    """Redis only: these faults are a network's and a lease's."""
+    return "redis"
+
+
+@pytest.fixture
+def proxy(server: DevServer) -> FaultProxy:
+    with FaultProxy(("127.0.0.1", server.port)) as p:
+        yield p
+
+
+def _mailer(events, what: str, pid: int | None = None) -> list[dict]:
+    return [
+        e
+        for e in handler_calls(events)
+        if e["h"] == "mailer" and e["what"] == what and (pid is None or e["pid"] == pid)
+    ]
+
+
+def test_an_engine_stopped_past_its_lease_starts_nothing_it_had_reserved(
+    broker, start_worker, events
+):
+    stopped, live = start_worker(env=FAST), start_worker(env=FAST)
+    for worker in (stopped, live):
+        worker.wait_ready()
+    orders = [f"o{i}" for i in range(24)]
+    publish_orders(broker, *((order, "sleep", "0.2") for order in orders))
+
+    def in_flight() -> set[str]:
+        started = {e["id"] for e in _mailer(events, "start", stopped.pid)}
+        return started - {e["id"] for e in _mailer(events, "done", stopped.pid)}
+
+    wait_for(in_flight, timeout=60, interval=0.01, what="the engine to be in a handler")
+    stopped.signal(signal.SIGSTOP)
+    held = in_flight()
+    time.sleep(3.0)  # the fault: three leases frozen
+    stopped.signal(signal.SIGCONT)
+    wait_for(lambda: set(done(events, "mailer")) == set(orders), timeout=60, what="every order")
+    starts = Counter(e["id"] for e in _mailer(events, "start"))
+    twice = {order for order, n in starts.items() if n > 1}
+    # Only what was in a handler when it stopped ran twice: nothing it had
+    # reserved ahead started after it woke with its leases run out.
+    assert twice <= held, (twice, held)
+
+
+def test_an_engine_cut_off_past_its_lease_handles_nothing_twice(
+    broker, start_worker, events, proxy
+):
+    worker = start_worker(env={**FAST, "PBK_URI": proxy.url() + "?socket_timeout=1"})
+    worker.wait_ready()
+    orders = [f"o{i}" for i in range(20)]
+    publish_orders(broker, *((order, "sleep", "0.2") for order in orders))
+    wait_for(lambda: len(done(events, "mailer")) >= 2, timeout=60, interval=0.02, what="work")
+    proxy.blackhole()
+    time.sleep(2.5)  # the fault: 2.5 leases without a byte either way
+    proxy.heal()
+    wait_for(lambda: set(done(events, "mailer")) == set(orders), timeout=60, what="every order")
+    wait_for(lambda: set(done(events, "ledger")) == set(orders), timeout=60, what="the ledger")
+    assert set(done(events, "mailer").values()) == {1}
+    assert set(done(events, "ledger").values()) == {1}
+    assert "could renew them" not in worker.output()
+
+
+def test_a_publish_with_its_replies_cut_off_fails_in_bounds_and_is_stored_once(
+    make_broker, proxy, broker
+):
+    cut = make_broker(URI=proxy.url() + "?socket_timeout=1")
+    publish_orders(cut, ("warm", "ok"))
+    message = None
+    with papp.domain.domain_context():
+        message = papp.order_message("resent", "ok")
+        proxy.blackhole("to_client")  # requests reach the server, replies do not
+        started = time.monotonic()
+        with pytest.raises(OutcomeUnknown, match="outcome is unknown"):
+            cut.publish(papp.STREAM, message)
+        # Its write, then Protean's reconnect check (a PING): one timeout each.
+        assert time.monotonic() - started < 6
+        proxy.heal()
+        identifier = cut.publish(papp.STREAM, message)
+    log = broker.layout.log(papp.STREAM)
+    stored = broker.store.peek(log, 100)
+    headers_id = message["metadata"]["headers"]["id"]
+    assert sum(headers_id in body for body, _ in stored) == 1
+    assert [str(i) for body, i in stored if headers_id in body] == [identifier]
