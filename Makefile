@@ -14,7 +14,7 @@ PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAIN
 
 .PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \
 	demo-protean bench server clean peer-tests peer-tests-celery peer-tests-kombu \
-	peer-tests-protean
+	peer-tests-protean nemesis
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -108,8 +108,23 @@ PEER_ARGS ?=
 peer-tests-celery: install
 	$(BIN)/python peer/celery/celery_suites.py $(PEER_ARGS)
 
+# The nemesis suite's long run (docs/reliability.md): every fault x every
+# workload x NEMESIS_RUNS runs, one after another (about an hour: leave the
+# machine otherwise idle, the runs measure timing). The summary (markdown)
+# goes to $(NEMESIS_OUT), each run's logs next to it in runs/. `make test`
+# runs the short version (one run of each fault, tests/nemesis/test_*.py).
+# NEMESIS_ARGS, e.g.: --faults sigstop-worker,reset-and-refuse --workloads celery
+# (--list names them all). Exits 1 when any run found an anomaly.
+NEMESIS_RUNS ?= 3
+NEMESIS_OUT ?= .nemesis/summary.md
+NEMESIS_ARGS ?=
+nemesis: install
+	PYTHONPATH=tests $(BIN)/python -m nemesis.campaign --runs $(NEMESIS_RUNS) \
+		--out $(NEMESIS_OUT) $(NEMESIS_ARGS)
+
 # All three peer suites (about 50 minutes in all).
 peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .nemesis .pytest_cache \
+		.mypy_cache .ruff_cache

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
@@ -148,9 +149,16 @@ class Rig:
             worker.wait_ready(90)
 
     def busy(self, name: str | None) -> bool:
-        """Return whether worker ``name`` (None: any) runs a task right now."""
+        """Return whether worker ``name`` (None: any) has just started a task.
+
+        Just: in the first half of its work, so that it still runs it when
+        the fault strikes a moment later (its log is read a little late).
+        """
         runs = read_history(self.folder, fanout=self.plan.workload.fanout).runs
-        return any(run.end is None and name in (None, run.worker) for run in runs)
+        fresh = time.time() - self.plan.task_seconds / 2
+        return any(
+            run.end is None and run.start > fresh and name in (None, run.worker) for run in runs
+        )
 
     # -- what the server holds --------------------------------------------------------
     def _members(self, *which: str) -> list[str]:

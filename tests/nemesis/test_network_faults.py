@@ -3,7 +3,10 @@
 Through the fault proxy between each client and the server: a worker
 blackholed alone (no RST) for 2.5 leases, every client blackholed both
 ways or replies only, every connection reset and new ones refused, 0.3 s
-of latency each way. docs/reliability.md has what each one found.
+of latency each way. docs/reliability.md has what each one found on every
+workload; Celery's stale results under most of them show only in some
+runs (it depends on which result write was retried), so they are measured
+by ``make nemesis``, not pinned here.
 """
 
 from __future__ import annotations
@@ -29,15 +32,12 @@ def test_queue_all_clients_blackholed(nemesis):
     nemesis("queue", "blackhole-all")
 
 
-@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
-def test_celery_replies_blackholed(nemesis):
-    nemesis("celery", "blackhole-all-to-client", known=("stale",))
+def test_taskiq_replies_blackholed(nemesis):
+    nemesis("taskiq", "blackhole-all-to-client")
 
 
-@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
-def test_celery_every_connection_reset_and_refused(nemesis):
-    # Issue 42 also saw this worker stop consuming for good ("stuck"); not in these runs.
-    nemesis("celery", "reset-and-refuse", known=("stale", "stuck"))
+def test_taskiq_every_connection_reset_and_refused(nemesis):
+    nemesis("taskiq", "reset-and-refuse")
 
 
 def test_queue_latency(nemesis):

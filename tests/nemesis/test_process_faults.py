@@ -21,8 +21,8 @@ def test_protean_worker_sigkilled(nemesis):
 
 
 @pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
-def test_taskiq_worker_stopped_longer_than_its_lease(nemesis):
-    nemesis("taskiq", "sigstop-worker", known=("stale", "late"))
+def test_celery_worker_stopped_longer_than_its_lease(nemesis):
+    nemesis("celery", "sigstop-worker", known=("stale", "late"))
 
 
 def test_taskiq_server_killed_with_aof_everysec(nemesis):

@@ -1,10 +1,10 @@
-"""Shift this process's wall clock by ``$NEMESIS_CLOCK_OFFSET`` seconds (no libfaketime here).
+"""Shift this process's wall clock by ``$NEMESIS_CLOCK_OFFSET`` seconds (the clock fault).
 
-On ``PYTHONPATH`` of a worker of the clock fault when Debian's libfaketime
-is not installed: Python imports it at start-up, before the worker app, so
-every later ``time.time()`` and ``time.time_ns()`` (and ``from time import
-time``) sees the shifted clock. C code reading the clock itself does not;
-libfaketime shifts those too.
+First on ``PYTHONPATH`` of a worker of the clock fault: Python imports it
+at start-up, before the worker app, so every later ``time.time()`` and
+``time.time_ns()`` (and ``from time import time``) sees the shifted clock.
+C code reading the clock itself (``datetime.now()``) does not (see
+``faults.ClockSkew`` for why not libfaketime).
 """
 
 import os
