@@ -41,6 +41,8 @@ class Fault:
     leases: float = 0.0
     #: ``wait_replicas`` every client of the run uses (0: off).
     wait_replicas: int = 0
+    #: Lease seconds the run uses instead of its default (None: the default, 2 s).
+    lease: float | None = None
 
     def server_args(self) -> list[str]:
         """Return extra server arguments this fault needs (persistence settings)."""
@@ -86,11 +88,16 @@ class Baseline(Fault):
 class Blackhole(Fault):
     """Nothing moves (``direction``) between the victim, or every client, and the server."""
 
-    def __init__(self, direction: Direction = "both", *, alone: bool = True) -> None:
-        self.direction, self.alone = direction, alone
+    def __init__(
+        self, direction: Direction = "both", *, alone: bool = True, lease: float | None = None
+    ) -> None:
+        self.direction, self.alone, self.lease = direction, alone, lease
         way = "" if direction == "both" else "-" + direction.replace("_", "-")
         self.name = f"blackhole-{'one-worker' if alone else 'all'}{way}"
         self.leases = 2.5
+        if lease:  # issue 42's setting: the frameworks' default lease, blackholed twice as long
+            self.name += f"-lease{lease:g}s"
+            self.leases = 2.0
 
     def victims(self) -> frozenset[str]:
         return frozenset({VICTIM}) if self.alone else frozenset()
@@ -279,6 +286,7 @@ FAULTS: dict[str, Fault] = {
         Baseline(),
         Blackhole(),
         Blackhole(alone=False),
+        Blackhole(alone=False, lease=10.0),
         Blackhole("to_server", alone=False),
         Blackhole("to_client", alone=False),
         Reset(),

@@ -86,7 +86,7 @@ class TaskiqLoad(Workload):
             TQ_LOG=str(setup.folder / f"{name}.log"),
             TQ_NAME=name,
             TQ_LEASE=str(setup.lease),
-            TQ_HEARTBEAT=str(setup.lease / 4),
+            TQ_HEARTBEAT=str(min(2.0, setup.lease / 4)),  # the broker's default
             TQ_PREFETCH="4",
             **setup.durability_env("TQ_"),
         )
@@ -234,7 +234,7 @@ class ProteanLoad(Workload):
             PBK_NAMESPACE=setup.namespace,
             PBK_LOG=str(setup.folder / f"{name}.jsonl"),
             PBK_LEASE=str(setup.lease),
-            PBK_HEARTBEAT=str(setup.lease / 4),
+            PBK_HEARTBEAT=str(min(2.0, setup.lease / 4)),
             PBK_RECOVER=str(min(1.0, setup.lease / 4)),
             PBK_TASK_SECONDS=str(setup.task_seconds),
             **setup.durability_env("PBK_"),

@@ -38,7 +38,8 @@ class Plan:
 
     workload: Workload
     fault: Fault
-    lease: float = 2.0
+    #: Lease seconds of every worker (0: the fault's own, else 2 s).
+    lease: float = 0.0
     task_seconds: float = 0.2
     rate: float = 8.0
     burst: int = 20
@@ -47,6 +48,10 @@ class Plan:
     drain_timeout: float = 30.0
     stuck_after: float = 10.0
     call_bound: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.lease:
+            self.lease = self.fault.lease or 2.0
 
     @property
     def limits(self) -> Limits:
