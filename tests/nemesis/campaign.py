@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     for fault_name in args.faults.split(","):
         for workload_name in args.workloads.split(","):
             for n in range(1, args.runs + 1):
-                plan = Plan(WORKLOADS[workload_name], FAULTS[fault_name])
+                # The strike waits for 4, 6, 8... tasks done: each run hits the
+                # victim at another point of its batch or prefetch window.
+                plan = Plan(WORKLOADS[workload_name], FAULTS[fault_name], warm=2 + 2 * n)
                 where = folder / fault_name / f"{workload_name}-{n}"
                 try:
                     outcome = run(plan, where)
