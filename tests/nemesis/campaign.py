@@ -66,17 +66,24 @@ def detail(outcome: Outcome, number: int) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
-def summary(results: dict[tuple[str, str], list[Outcome]], runs: int) -> str:
-    """Return the markdown summary of a campaign."""
+def commit() -> str:
+    """Return the checkout's commit, marked ``+changes`` when files differ from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def summary(results: dict[tuple[str, str], list[Outcome]], runs: int, head: str) -> str:
+    """Return the markdown summary of a campaign run on commit ``head``."""
     workloads = sorted({w for _, w in results}, key=list(WORKLOADS).index)
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     binary = subprocess.run([server_binary(), "--version"], capture_output=True, text=True).stdout
     lines = [
         f"# Nemesis: {runs} run(s) of each fault and workload",
         "",
-        f"Commit {head or '?'}, {platform.node()} ({platform.machine()}), "
+        f"Commit {head}, {platform.node()} ({platform.machine()}), "
         f"{time.strftime('%Y-%m-%d %H:%M')}; server: {binary.strip()[:80]}; "
         f"clocks shifted with {ClockSkew().how}.",
         "",
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     folder = args.out.parent / "runs"
     folder.mkdir(parents=True, exist_ok=True)
+    head = commit()  # now: the code these runs load, whatever the checkout becomes meanwhile
     results: dict[tuple[str, str], list[Outcome]] = {}
     for fault_name in args.faults.split(","):
         for workload_name in args.workloads.split(","):
@@ -127,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = "clean" if outcome.verdict.ok else "; ".join(outcome.verdict.problems())
                 print(f"{fault_name} {workload_name} #{n}: {verdict} ({outcome.seconds:.0f} s)",
                       flush=True)  # fmt: skip
-                args.out.write_text(summary(results, args.runs))
+                args.out.write_text(summary(results, args.runs, head))
     rows = {f"{f} {w}": [o.verdict.problems() for o in runs] for (f, w), runs in results.items()}
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
     print(f"summary: {args.out}")
