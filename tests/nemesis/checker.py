@@ -19,6 +19,8 @@ A task is *acknowledged* when its producer call returned success. Then:
   the victim) started none within ``stuck_after`` seconds of the heal,
   though work was waiting (a live, beating worker that takes nothing);
 - **left**: messages still pending or reserved after the drain;
+- **invariants**: the namespace breaks a storage invariant after the drain
+  (``support.invariants``: a message in two states, an orphan token...);
 - **producers**: a call that took longer than ``call_bound`` seconds; a
   task stored twice, or a successful call whose task was not stored; a
   call that failed although its task was stored, with an error that does
@@ -73,6 +75,8 @@ class Verdict:
     errors: Counter[str] = field(default_factory=Counter)
     #: Why the run itself could not finish (a worker that never got ready...).
     broken: list[str] = field(default_factory=list)
+    #: The storage invariant broken after the drain ("": none).
+    invariants: str = ""
 
     def anomalies(self) -> dict[str, str]:
         """Return each kind of anomaly found (a short name) with one line about it."""
@@ -98,6 +102,8 @@ class Verdict:
             )
         if self.left:
             out["left"] = f"{self.left} message(s) left pending or reserved after the drain"
+        if self.invariants:
+            out["invariants"] = f"storage invariants broken: {self.invariants}"
         return out
 
     def problems(self) -> list[str]:
@@ -112,7 +118,7 @@ class Verdict:
 
 def check(history: History, limits: Limits) -> Verdict:
     """Return the verdict on ``history`` (see the module docstring)."""
-    verdict = Verdict(left=history.left)
+    verdict = Verdict(left=history.left, invariants=history.invariants)
     acknowledged = {key for key, send in history.sends.items() if send.ok}
     finished = {run.key for run in history.runs if run.end is not None}
     verdict.tasks, verdict.done = len(acknowledged), len(acknowledged & finished)

@@ -14,7 +14,9 @@ pid of the process that ran them) and the harness's own ``nemesis.log``:
   worker ran (producer faults);
 - ``result <key> <state> <pid> <right>``: the stored result (``pid``: the
   process that wrote it, ``right``: 1 when its value is the task's);
-- ``left <n>``: messages still pending or reserved after the drain.
+- ``left <n>``: messages still pending or reserved after the drain;
+- ``invariants <problem...>``: the storage invariants the namespace broke
+  after the drain (``support.invariants``; nothing logged: none).
 
 A worker whose clock was shifted (the clock fault) logs shifted times; the
 offsets in ``clocks.json`` (seconds, by worker name) are taken off again.
@@ -90,6 +92,7 @@ class History:
     held: list[tuple[float, int]] = field(default_factory=list)
     stored: dict[str, int] = field(default_factory=dict)
     left: int = 0
+    invariants: str = ""
 
     def starts(self, key: str) -> list[Run]:
         """Return the runs of ``key``, oldest start first."""
@@ -189,6 +192,8 @@ def _read_fact(
         history.results[words[0]] = Result(words[1], pid, words[3] == "1")
     elif kind == "left":
         history.left = int(words[0])
+    elif kind == "invariants":
+        history.invariants = " ".join(words)
 
 
 def _tasks(key: str, fanout: tuple[str, ...]) -> list[str]:

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.invariants import check_invariants
 from support.waiting import wait_for
 
 from .checker import Limits, Verdict, check
@@ -141,6 +142,7 @@ def run(plan: Plan, folder: Path) -> Outcome:
             notes += _drain(rig)
             _read_results(rig)
             rig.note("left", rig.left())
+            _check_invariants(rig)
         finally:
             stop.set()
     history = read_history(folder, fanout=plan.workload.fanout)
@@ -223,6 +225,14 @@ def _drain(rig: Rig) -> list[str]:
     except AssertionError as exc:
         return [str(exc)]
     return []
+
+
+def _check_invariants(rig: Rig) -> None:
+    """Log the first storage invariant the namespace breaks, if any."""
+    try:
+        check_invariants(rig.admin, rig.setup.namespace)
+    except AssertionError as exc:
+        rig.note("invariants", str(exc).replace("\n", " ")[:300])
 
 
 def _read_results(rig: Rig) -> None:

@@ -172,12 +172,17 @@ def test_producer_calls_over_their_bound_stored_twice_or_misreported():
     assert check(history, LIMITS).not_stored == ["k0"]
 
 
-def test_messages_left_after_the_drain_fail_the_run():
+def test_messages_left_after_the_drain_or_broken_invariants_fail_the_run():
     history = clean()
     history.left = 2
     assert check(history, LIMITS).problems() == [
         "2 message(s) left pending or reserved after the drain"
     ]
+    history.left = 0
+    history.invariants = "token t holds nothing"
+    assert check(history, LIMITS).anomalies() == {
+        "invariants": "storage invariants broken: token t holds nothing"
+    }
 
 
 def test_runs_pair_each_done_with_its_process_s_last_start():
@@ -205,6 +210,7 @@ def test_read_history_reads_the_harness_log_worker_logs_and_shifted_clocks(tmp_p
     line("nemesis.log", 3.0, 9, "heal", "sigstop")
     line("nemesis.log", 5.0, 9, "result", "mailer:o1", "SUCCESS", 7, 1)
     line("nemesis.log", 5.1, 9, "left", 0)
+    line("nemesis.log", 5.2, 9, "invariants", "id", "1", "in", "two", "states")
     line("w1.log", 3601.5, 7, "start", "mailer:o1", "w1")  # a clock one hour ahead
     line("w1.log", 3601.6, 7, "done", "mailer:o1", "w1")
     (tmp_path / "clocks.json").write_text(json.dumps({"w1": 3600}))
@@ -223,5 +229,6 @@ def test_read_history_reads_the_harness_log_worker_logs_and_shifted_clocks(tmp_p
     assert abs(history.runs[0].start - 1.5) < 1e-6
     assert history.results["mailer:o1"] == Result("SUCCESS", 7, True)
     assert history.held == [(2.5, 3)]
+    assert history.invariants == "id 1 in two states"
     verdict = check(history, LIMITS)
     assert verdict.tasks == 2 and verdict.done == 2
