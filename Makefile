@@ -14,7 +14,7 @@ PIP_INSTALL = $(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAIN
 
 .PHONY: install lint typecheck pytest test test-latest test-oldest lock demo demo-celery \
 	demo-protean bench celery-faults server clean peer-tests peer-tests-celery peer-tests-kombu \
-	peer-tests-protean peer-tests-dramatiq demo-dramatiq dramatiq-kill-trial
+	peer-tests-protean peer-tests-dramatiq demo-dramatiq dramatiq-kill-trial nemesis
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -135,6 +135,21 @@ peer-tests-dramatiq: install
 
 # All four peer suites (about 55 minutes in all).
 peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean peer-tests-dramatiq
+# The nemesis suite's long run (docs/reliability.md): every fault x every
+# workload x NEMESIS_RUNS runs, one after another (about an hour: leave the
+# machine otherwise idle, the runs measure timing). The summary (markdown)
+# goes to $(NEMESIS_OUT), each run's logs next to it in runs/. `make test`
+# runs the short version (one run of each fault, tests/nemesis/test_*.py).
+# NEMESIS_ARGS, e.g.: --faults sigstop-worker,reset-and-refuse --workloads celery
+# (--list names them all). Exits 1 when any run found an anomaly.
+NEMESIS_RUNS ?= 3
+NEMESIS_OUT ?= .nemesis/summary.md
+NEMESIS_ARGS ?=
+nemesis: install
+	PYTHONPATH=tests $(BIN)/python -m nemesis.campaign --runs $(NEMESIS_RUNS) \
+		--out $(NEMESIS_OUT) $(NEMESIS_ARGS)
+
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-latest .venv-oldest .demo .server .peer .nemesis .pytest_cache \
+		.mypy_cache .ruff_cache

@@ -73,3 +73,25 @@ def test_latency_delays_every_reply(proxy: FaultProxy) -> None:
     assert time.monotonic() - start >= 0.5  # held once each way
     proxy.heal()
     c.close()
+
+
+def test_latency_delays_chunks_without_slowing_the_link(proxy: FaultProxy) -> None:
+    """A delay line: replies sent one after another arrive one delay later, not one each."""
+    c = client(proxy, timeout=10)
+    assert c.ping()
+    proxy.latency(0.3)
+    start = time.monotonic()
+    for _ in range(8):  # eight round trips: about 8 x 0.6 s, whatever chunks they make
+        c.ping()
+    sequential = time.monotonic() - start
+    pipe = c.pipeline(transaction=False)
+    for n in range(2000):  # many chunks each way, all in flight at once
+        pipe.echo(f"chunk-{n:04d}-" + "x" * 200)
+    start = time.monotonic()
+    replies = pipe.execute()
+    pipelined = time.monotonic() - start
+    proxy.heal()
+    assert replies[-1] == b"chunk-1999-" + b"x" * 200
+    assert sequential >= 8 * 0.6
+    assert pipelined < 3.0  # one delay each way (plus load), not one per chunk
+    c.close()

@@ -26,7 +26,12 @@ from support.eventlog import note
 
 
 def make_app(
-    url: str, namespace: str, log: str, lease: float = 10.0, acks_late: bool = True
+    url: str,
+    namespace: str,
+    log: str,
+    lease: float = 10.0,
+    acks_late: bool = True,
+    durability: dict[str, float] | None = None,
 ) -> Celery:
     app = Celery("celeryapp")
     options = {
@@ -34,12 +39,13 @@ def make_app(
         "lease_seconds": lease,
         "heartbeat_interval": min(2.0, lease / 4),
         "recover_interval": min(1.0, lease / 4),
+        **(durability or {}),
     }
     app.conf.update(
         broker_url=f"simplebroker+{url}",
         result_backend=f"simplebroker+{url}",
         broker_transport_options=options,
-        result_backend_transport_options={"namespace": namespace},
+        result_backend_transport_options={"namespace": namespace, **(durability or {})},
         task_acks_late=acks_late,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=2,
@@ -73,6 +79,14 @@ def register_tasks(app: Celery, log: str) -> None:  # noqa: C901 - one task per 
             time.sleep(seconds)
         note(log, "done", key, self.request.hostname)
         return key
+
+    @app.task(shared=False, name="witness")
+    def witness(key: str, seconds: float) -> list[object]:
+        """Work ``seconds``; return the key and this pool process's pid (who wrote the result)."""
+        note(log, "start", key)
+        time.sleep(seconds)
+        note(log, "done", key)
+        return [key, os.getpid()]
 
     @app.task(shared=False, name="flaky", bind=True, max_retries=5)
     def flaky(self: Any, key: str, failures: int, countdown: float) -> str:
@@ -176,6 +190,12 @@ if os.environ.get("CELERY_NS"):
         os.environ["CELERY_LOG"],
         float(os.environ.get("CELERY_LEASE", "10")),
         os.environ.get("CELERY_ACKS_LATE", "1") == "1",
+        {
+            "wait_replicas": int(os.environ["CELERY_WAIT_REPLICAS"]),
+            "wait_timeout": float(os.environ.get("CELERY_WAIT_TIMEOUT", "1.0")),
+        }
+        if os.environ.get("CELERY_WAIT_REPLICAS")
+        else None,
     )
     if os.environ.get("CELERY_CONF"):
         app.conf.update(json.loads(os.environ["CELERY_CONF"]))

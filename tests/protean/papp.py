@@ -6,13 +6,15 @@ configuration comes from the environment, so a worker process needs only
 
 - ``PBK_URI`` (and ``PBK_NAMESPACE`` on Redis): the broker;
 - ``PBK_LOG``: a file every handler call appends a JSON line to
-  (``{"h": handler, "id": order id, "pid": ..., "what": "start"|"done"}``);
-- ``PBK_LEASE``, ``PBK_HEARTBEAT``, ``PBK_MAX_DELIVERIES``: provider settings.
+  (``{"h": handler, "id": order id, "pid": ..., "what": "start"|"done", "at": time}``);
+- ``PBK_LEASE``, ``PBK_HEARTBEAT``, ``PBK_MAX_DELIVERIES``, ``PBK_WAIT_REPLICAS``,
+  ``PBK_WAIT_TIMEOUT``: provider settings.
 
 An order's ``mode`` tells the ``Mailer`` handler what to do: ``ok``;
-``fail`` (raise, every time); ``block`` (log ``start``, then wait until
-the file named by the order's ``customer`` exists, then finish);
-``sleep`` (take as many seconds as the order's ``customer`` says).
+``slow`` (work ``PBK_TASK_SECONDS``, default 0.1); ``fail`` (raise, every
+time); ``block`` (log ``start``, then wait until the file named by the
+order's ``customer`` exists, then finish); ``sleep`` (take as many seconds
+as the order's ``customer`` says).
 ``Ledger`` always succeeds: it is the second consumer group.
 """
 
@@ -55,6 +57,8 @@ class Mailer:
     @handle(OrderPlaced)
     def on_placed(self, event: OrderPlaced) -> None:
         record("mailer", event, "start")
+        if event.mode == "slow":
+            time.sleep(float(os.environ.get("PBK_TASK_SECONDS", "0.1")))
         if event.mode == "fail":
             raise RuntimeError(f"mailer cannot send {event.order_id}")
         if event.mode == "block":
@@ -69,6 +73,7 @@ class Mailer:
 class Ledger:
     @handle(OrderPlaced)
     def on_placed(self, event: OrderPlaced) -> None:
+        record("ledger", event, "start")
         record("ledger", event, "done")
 
 
@@ -91,6 +96,9 @@ def conn_info() -> dict[str, Any]:
             info[name] = float(os.environ[key])
     if os.environ.get("PBK_MAX_DELIVERIES"):
         info["MAX_DELIVERIES"] = int(os.environ["PBK_MAX_DELIVERIES"])
+    if os.environ.get("PBK_WAIT_REPLICAS"):
+        info["WAIT_REPLICAS"] = int(os.environ["PBK_WAIT_REPLICAS"])
+        info["WAIT_TIMEOUT"] = float(os.environ.get("PBK_WAIT_TIMEOUT", "1.0"))
     return info
 
 

@@ -17,7 +17,9 @@ real networks, as a client sees them:
   and with ``refuse`` the listening socket is closed too, so new
   connections are refused until :meth:`heal` (a restarting proxy or load
   balancer, a failover behind a VIP).
-- :meth:`latency`: every chunk is held ``seconds`` before it is forwarded.
+- :meth:`latency`: every chunk is held ``seconds`` before it is forwarded,
+  as on a long path: chunks read meanwhile are in flight behind it (a delay
+  line, not a slower link), so throughput stays what it was.
 
 :meth:`heal` ends every fault. The proxy never changes what it forwards.
 """
@@ -184,37 +186,64 @@ class FaultProxy:
             return
         link = _Link(writer, up_writer)
         self._links.add(link)
+        to_server: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        to_client: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         link.tasks = [
-            asyncio.create_task(self._pump(reader, up_writer, "to_server", link)),
-            asyncio.create_task(self._pump(up_reader, writer, "to_client", link)),
+            asyncio.create_task(self._pump(reader, to_server, "to_server", link)),
+            asyncio.create_task(self._deliver(to_server, up_writer, "to_server", link)),
+            asyncio.create_task(self._pump(up_reader, to_client, "to_client", link)),
+            asyncio.create_task(self._deliver(to_client, writer, "to_client", link)),
         ]
 
     async def _pump(
         self,
         source: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
+        line: asyncio.Queue[tuple[float, bytes]],
         direction: Literal["to_server", "to_client"],
         link: _Link,
     ) -> None:
+        """Read chunks into ``line``, each with the time it is due (b"" at the end)."""
         flowing = self._flowing[direction]
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 await flowing.wait()  # a blackhole: stop reading, hold what the kernel buffers
                 chunk = await source.read(65536)
+                line.put_nowait((loop.time() + self._delay, chunk))
+                if not chunk:
+                    return
+        except (OSError, asyncio.CancelledError):
+            self._end(link)
+
+    async def _deliver(
+        self,
+        line: asyncio.Queue[tuple[float, bytes]],
+        sink: asyncio.StreamWriter,
+        direction: Literal["to_server", "to_client"],
+        link: _Link,
+    ) -> None:
+        """Write each chunk of ``line`` once it is due; end the link at its end."""
+        flowing = self._flowing[direction]
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                due, chunk = await line.get()
                 if not chunk:
                     break
-                if self._delay:
-                    await asyncio.sleep(self._delay)
+                await asyncio.sleep(max(0.0, due - loop.time()))
                 await flowing.wait()  # read before the blackhole began: held until it heals
                 sink.write(chunk)
                 await sink.drain()
         except (OSError, asyncio.CancelledError):
             pass
-        finally:
-            if link in self._links:  # one side ended: end the other (a FIN, not a RST)
-                self._links.discard(link)
-                for task in link.tasks:
-                    if task is not asyncio.current_task():
-                        task.cancel()
-                link.client.close()
-                link.server.close()
+        self._end(link)
+
+    def _end(self, link: _Link) -> None:
+        """One side ended: end the other (a FIN, not a RST)."""
+        if link in self._links:
+            self._links.discard(link)
+            for task in link.tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+            link.client.close()
+            link.server.close()

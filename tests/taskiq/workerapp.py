@@ -37,6 +37,16 @@ def _timing() -> dict[str, float]:
     }
 
 
+def _durability() -> dict[str, float]:
+    """``wait_replicas``/``wait_timeout`` from TQ_WAIT_REPLICAS/TQ_WAIT_TIMEOUT (none: off)."""
+    if not os.environ.get("TQ_WAIT_REPLICAS"):
+        return {}
+    return {
+        "wait_replicas": int(os.environ["TQ_WAIT_REPLICAS"]),
+        "wait_timeout": float(os.environ.get("TQ_WAIT_TIMEOUT", "1.0")),
+    }
+
+
 def _optional_int(name: str) -> int | None:
     value = os.environ.get(name, "")
     return int(value) if value else None
@@ -55,6 +65,7 @@ broker = SimpleBrokerTaskiqBroker(
     prefetch=int(os.environ.get("TQ_PREFETCH", "8")),
     max_deliveries=_optional_int("TQ_MAX_DELIVERIES"),
     **_timing(),
+    **_durability(),
 ).with_middlewares(SmartRetryMiddleware(default_retry_count=3, default_delay=0.5))
 broker.with_result_backend(
     SimpleBrokerResultBackend(
@@ -117,12 +128,12 @@ async def record(key: str, seconds: float = 0.0) -> str:
 
 
 @broker.task
-async def whoami(key: str, seconds: float = 0.0) -> str:
-    """Like ``record``, returning "<key> <pid>": which worker's result was stored."""
+async def witness(key: str, seconds: float) -> list[object]:
+    """Work ``seconds``; return the key and this process's pid (who wrote the result)."""
     log("start", key)
     await asyncio.sleep(seconds)
     log("done", key)
-    return f"{key} {os.getpid()}"
+    return [key, os.getpid()]
 
 
 @broker.task

@@ -115,6 +115,7 @@ class NodeArgs(TypedDict, total=False):
     binary: str | None
     tls: TlsFiles | None
     tls_port: int | None
+    announce_port: int | None
 
 
 class DevNode(DevServer):
@@ -123,7 +124,10 @@ class DevNode(DevServer):
     A node with a ``password`` requires it from clients and gives it to its
     primary when it replicates (``requirepass``, ``masterauth``). With
     ``tls`` (and ``tls_port``) it also serves TLS on ``tls_port`` and
-    replicates over TLS; admin calls keep using the plain ``port``.
+    replicates over TLS; admin calls keep using the plain ``port``. With
+    ``announce_port`` it names that port to its primary, replicas and
+    sentinels instead (``replica-announce-port``): a TCP proxy in front of
+    the node (the nemesis suite's) then carries all their traffic to it.
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class DevNode(DevServer):
         binary: str | None = None,
         tls: TlsFiles | None = None,
         tls_port: int | None = None,
+        announce_port: int | None = None,
     ) -> None:
         super().__init__(
             data_dir=data_dir,
@@ -153,6 +158,8 @@ class DevNode(DevServer):
         self.tls = tls
         #: The TLS port (None without ``tls``).
         self.tls_port = tls_port
+        #: The port this node names to others, when it is not its own (a proxy's).
+        self.announce_port = announce_port
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(port={self.port})"
@@ -161,10 +168,12 @@ class DevNode(DevServer):
     def announced_port(self) -> int:
         """Return the port this node is known by to clients, replicas and sentinels.
 
-        The TLS port when it has one (``tls-replication`` / ``tls-cluster``
-        make the server name it in ROLE, INFO, CLUSTER SLOTS and MOVED to
-        TLS clients), else the plain port.
+        The ``announce_port`` when it has one; else the TLS port when it has
+        one (``tls-replication`` / ``tls-cluster`` make the server name it in
+        ROLE, INFO, CLUSTER SLOTS and MOVED to TLS clients), else the plain port.
         """
+        if self.announce_port is not None:
+            return self.announce_port
         return self.tls_port if self.tls_port is not None else self.port
 
     def command(self) -> list[str]:
@@ -178,6 +187,9 @@ class DevNode(DevServer):
             args += ["--requirepass", self.password, "--masterauth", self.password]
         if self.tls is not None and self.tls_port is not None:
             args += tls_args(self.tls, self.tls_port)
+        if self.announce_port is not None:
+            args += ["--replica-announce-ip", "127.0.0.1"]
+            args += ["--replica-announce-port", str(self.announce_port)]
         return args
 
     @property

@@ -82,6 +82,12 @@ class DevSentinelGroup(DevTopology):
     sentinels monitor them (and each other) over TLS, so the sentinels name
     the data nodes' TLS ports; clients still ask the sentinels in plain TCP.
     :attr:`url` is then ``rediss+sentinel://...?ssl_ca_certs=...``.
+
+    ``announce_ports`` (one per data node, primary first) are ports the data
+    nodes name instead of their own: a TCP proxy listening on each, started
+    by the caller and forwarding to the node's ``port``, then carries every
+    client's, replica's and sentinel's traffic to that node, so a test can
+    partition a node from all of them (see :class:`DevNode`).
     """
 
     def __init__(
@@ -97,9 +103,12 @@ class DevSentinelGroup(DevTopology):
         appendonly: bool = False,
         binary: str | None = None,
         tls: TlsFiles | None = None,
+        announce_ports: Sequence[int] | None = None,
     ) -> None:
         if replicas < 1 or sentinels < 1 or not service.isidentifier():
             raise ValueError("needs replicas >= 1, sentinels >= 1 and a plain service name")
+        if announce_ports is not None and len(announce_ports) != 1 + replicas:
+            raise ValueError("announce_ports needs one port per data node")
         check_password(sentinel_password)
         super().__init__(
             "sentinel", password=password, appendonly=appendonly, binary=binary, tls=tls
@@ -109,10 +118,12 @@ class DevSentinelGroup(DevTopology):
         count = 1 + replicas + sentinels
         ports = free_ports(count if tls is None else 2 * count)  # (plain, then TLS ports)
         tls_ports: list[int | None] = [None] * count if tls is None else list(ports[count:])
-        self.nodes: list[DevNode] = [
-            DevNode(**self._node_args(f"data-{i}", ports[i], tls_ports[i]))
-            for i in range(1 + replicas)
-        ]
+        self.nodes: list[DevNode] = []
+        for i in range(1 + replicas):
+            args = self._node_args(f"data-{i}", ports[i], tls_ports[i])
+            if announce_ports is not None:
+                args["announce_port"] = announce_ports[i]
+            self.nodes.append(DevNode(**args))
         for node in self.nodes[1:]:
             node.extra_args = self._replica_args(self.nodes[0])
         first = self.nodes[0].announced_port

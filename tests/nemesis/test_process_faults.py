@@ -1,0 +1,29 @@
+"""Process and server faults, one run each (the short nemesis run).
+
+A worker SIGKILLed with its pool and started again; a worker SIGSTOPped
+for 2.5 leases, then SIGCONT (a GC pause, swap, a frozen VM); the server
+killed with ``kill -9`` and restarted on its AOF (``appendfsync everysec``
+and ``always``). See docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import KnownAnomaly
+from .test_network_faults import UNFENCED
+
+pytestmark = pytest.mark.slow
+
+
+def test_protean_worker_sigkilled(nemesis):
+    nemesis("protean", "sigkill-worker")
+
+
+@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
+def test_celery_worker_stopped_longer_than_its_lease(nemesis):
+    nemesis("celery", "sigstop-worker", known=("stale", "late"))
+
+
+def test_taskiq_server_killed_with_aof_everysec(nemesis):
+    nemesis("taskiq", "server-kill-9-aof-everysec")
