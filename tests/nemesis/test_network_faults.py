@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import KnownAnomaly
-
 pytestmark = pytest.mark.slow
 
-#: Issue 42: a worker whose lease was taken over still stores its results (Taskiq's
-#: commit.lua writes the result before it checks the holder; Celery's backend
-#: writes unconditionally), and starts prefetched tasks whose lease expired.
-UNFENCED = "issue 42: stale holders' results are stored, expired prefetched tasks start"
 
-
-@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
 def test_taskiq_worker_blackholed_alone_longer_than_its_lease(nemesis):
-    nemesis("taskiq", "blackhole-one-worker", known=("stale", "late"))
+    nemesis("taskiq", "blackhole-one-worker")
 
 
 def test_queue_all_clients_blackholed(nemesis):

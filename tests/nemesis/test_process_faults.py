@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import KnownAnomaly
-from .test_network_faults import UNFENCED
-
 pytestmark = pytest.mark.slow
 
 
@@ -20,9 +17,8 @@ def test_protean_worker_sigkilled(nemesis):
     nemesis("protean", "sigkill-worker")
 
 
-@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNFENCED)
 def test_celery_worker_stopped_longer_than_its_lease(nemesis):
-    nemesis("celery", "sigstop-worker", known=("stale", "late"))
+    nemesis("celery", "sigstop-worker")
 
 
 def test_taskiq_server_killed_with_aof_everysec(nemesis):
