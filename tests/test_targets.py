@@ -229,7 +229,7 @@ def _secret_windows(text: str, password: str, user: str | None = None) -> list[s
     password into it (``unix://Pw0000::@/0``), and a user name is shown.
     """
     secret = text[: text.rfind("@")] if "@" in text else ""
-    tail = text[len(secret) :] + (user or "")
+    tail = text[len(secret) :] + (user or "") + quote(user or "", safe="")
     encoded = quote(password, safe="")
     pieces = {form[i : i + 4] for form in (password, encoded) for i in range(len(form) - 3)}
     return [p for p in pieces if p in secret and p not in tail and p not in WORDING]
@@ -238,6 +238,13 @@ def _secret_windows(text: str, password: str, user: str | None = None) -> list[s
 @PROPERTIES
 @given(mutated())
 @example((Built("redis://h:1/0", "single", "redis", (("h", 1),), None, None, 0), "redis:/h:1/0"))
+# The password became the user name, shown percent-encoded once redacted.
+@example(
+    (
+        Built("unix://:Pw00000%3A@/0", "single", "unix", (), None, "Pw00000:", 0, None, "/0"),
+        "unix://Pw00000%3A::@/0",
+    )
+)
 def test_a_mutated_target_is_parsed_exactly_or_refused_without_its_password(
     case: tuple[Built, str],
 ) -> None:
