@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simplebroker_redis import targets
-from simplebroker_redis.options import (
+from simplebroker_redis.targets import (
     ACCEPTED_FORMS,
     InvalidTarget,
     TargetSpec,

@@ -52,7 +52,8 @@ from redis.retry import Retry
 from simplebroker import resolve_config
 
 from .keys import Keyspace
-from .options import BackendOptions, TargetSpec, parse_target, redact_target
+from .options import BackendOptions
+from .targets import TargetSpec, parse_target, redact_target
 
 #: A data node's (host, port).
 Address = tuple[str, int]

@@ -32,8 +32,9 @@ from simplebroker import resolve_config
 
 from .aio.runner import AsyncRedisRunner
 from .keys import DEFAULT_NAMESPACE
-from .options import BackendOptions, redact_target
+from .options import BackendOptions
 from .runner import RedisRunner
+from .targets import redact_target
 from .validation import number_problem
 
 # -- lease timing ---------------------------------------------------------------------

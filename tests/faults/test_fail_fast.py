@@ -34,7 +34,7 @@ from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
 from simplebroker_redis.connection import CONNECT_TIMEOUT
 from simplebroker_redis.devserver import DevServer, free_port
 from simplebroker_redis.errors import Rejected
-from simplebroker_redis.options import ACCEPTED_FORMS
+from simplebroker_redis.targets import ACCEPTED_FORMS
 from support.processes import pythonpath
 
 from .faulthelpers import QUOTED, SECRET, assert_secret_free, broker_cli, write_project

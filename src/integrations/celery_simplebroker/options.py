@@ -21,8 +21,8 @@ from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
-from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.queue_names import storage_queue as storage_queue  # re-exported
+from simplebroker_redis.targets import InvalidTarget, parse_target, redact_target
 from simplebroker_redis.validation import number_problem
 
 logger = logging.getLogger("celery_simplebroker")

@@ -33,7 +33,7 @@ from typing import Any, Final
 from celery import current_app
 from celery._state import connect_on_app_finalize
 
-from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
+from simplebroker_redis.targets import InvalidTarget, parse_target, redact_target
 
 from .options import ConfigurationError
 

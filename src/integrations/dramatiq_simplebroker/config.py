@@ -5,7 +5,7 @@ package decides it):
 
 1. ``url``: a backend target (``redis://``, ``rediss://``,
    ``redis+sentinel://``, ``redis+cluster://``; the grammar of
-   :func:`simplebroker_redis.options.parse_target`), also written
+   :func:`simplebroker_redis.targets.parse_target`), also written
    ``simplebroker+redis://...`` as Celery's settings spell it;
 2. ``$SIMPLEBROKER_REDIS_URL``;
 3. the SimpleBroker project of the working directory, found as the
@@ -28,8 +28,9 @@ from typing import Any, Final
 from simplebroker_redis import queue_names
 from simplebroker_redis.integration import LeaseTiming, Target, TimingError, lease_timing
 from simplebroker_redis.observe import TargetError, find_target
-from simplebroker_redis.options import BackendOptions, InvalidTarget, parse_target
+from simplebroker_redis.options import BackendOptions
 from simplebroker_redis.priorities import priority_queue
+from simplebroker_redis.targets import InvalidTarget, parse_target
 
 #: Environment variable naming the server when no ``url`` is given.
 URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"

@@ -36,15 +36,9 @@ from simplebroker.project import resolve_broker_target
 
 from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.integration import Target
-from simplebroker_redis.options import (
-    DEFAULT_MAX_CONNECTIONS,
-    OPTION_NAMES,
-    QUERY_OPTIONS,
-    TLS_QUERY_OPTIONS,
-    BackendOptions,
-    InvalidTarget,
-    parse_target,
-)
+from simplebroker_redis.options import DEFAULT_MAX_CONNECTIONS, OPTION_NAMES, BackendOptions
+from simplebroker_redis.target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS
+from simplebroker_redis.targets import InvalidTarget, parse_target
 
 from .errors import ConfigurationError
 
