@@ -28,6 +28,9 @@ from simplebroker_redis.targets import (
     redact_target,
 )
 
+# The grammar's property tests parse strings only: no server at all.
+pytestmark = pytest.mark.once
+
 PROPERTIES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: Everything the parser's messages may say by themselves (a password piece may match it).
