@@ -49,8 +49,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
-from simplebroker import resolve_config
 
+from .environment import environment_config
 from .keys import Keyspace
 from .options import BackendOptions
 from .targets import TargetSpec, parse_target, redact_target
@@ -132,7 +132,7 @@ def config_settings(config: Mapping[str, Any] | None) -> tuple[float, str]:
     files, whichever way the runner was built).
     """
     if config is None:
-        config = resolve_config(env=os.environ)
+        config = environment_config()
     busy = config.get("BUSY_TIMEOUT", _DEFAULT_BUSY_TIMEOUT_MS)
     password = config.get("BACKEND_PASSWORD") or os.environ.get(PASSWORD_ENV, "")
     return float(busy) / 1000.0, str(password)

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from .calls.tasks import task_stats_read
-from .observe import NamespaceState, read_namespace, sync_runner
+from .observe import NamespaceState, read_namespace
 from .opscli import log_to_stderr, tool_parser, tool_target
 from .runner import RedisRunner
 from .taskrecord import EVENTS, TaskRecord, bucket_upper
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = tool_target(args)
     if target is None:
         return 2
-    runner = sync_runner(target)
+    runner = target.runner()
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(
         NamespaceCollector(
