@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
-from simplebroker_redis.observe import read_namespace
-from simplebroker_redis.opscli import find_target
+from simplebroker_redis.ops.cli import find_target
+from simplebroker_redis.ops.observe import read_namespace
 from simplebroker_redis.server import URL_ENV, TargetError
 
 
@@ -183,7 +183,7 @@ def test_task_names_are_exported_with_bounded_labels(runner: RedisRunner) -> Non
     """Counts, the execution-time histogram and recent percentiles, per task name."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.ops.metrics import NamespaceCollector
     from simplebroker_redis.tasks import TaskStats
 
     stats = TaskStats(runner, interval=3600)
@@ -226,7 +226,7 @@ def test_the_grafana_dashboard_queries_only_what_the_exporter_serves(runner: Red
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.ops.metrics import NamespaceCollector
     from simplebroker_redis.tasks import TaskStats
 
     stats = TaskStats(runner, interval=3600)

@@ -2,8 +2,8 @@
 
 Each tool serves one namespace over HTTP: it takes ``--target`` (else
 ``$SIMPLEBROKER_REDIS_URL``, else the ``.broker.toml`` the ``broker`` CLI would
-find: :mod:`.server`'s rule, the workers' own), ``--namespace`` and ``--port``,
-and exits with status 2 when no server is named.
+find: the workers' own rule, :mod:`simplebroker_redis.server`), ``--namespace``
+and ``--port``, and exits with status 2 when no server is named.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .server import Target, choose_server
+from simplebroker_redis.server import Target, choose_server
 
 
 def tool_parser(prog: str, description: str, default_port: int) -> argparse.ArgumentParser:

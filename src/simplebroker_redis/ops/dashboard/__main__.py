@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from ..opscli import log_to_stderr, tool_parser, tool_target
+from ..cli import log_to_stderr, tool_parser, tool_target
 from .access import parse_basic
 
 #: Environment variable that may hold the token instead of ``--token``.

@@ -4,8 +4,8 @@
 queue's depth per state, its oldest pending message, the dead-letter queues
 of live reservations and the workers' heartbeat records, in one round trip
 (``page_size`` 0) or one per ``page_size`` queues. It never sends a command
-per queue. Which namespace the tools read is :mod:`.server`'s rule, as the
-workers' (:func:`.opscli.find_target`).
+per queue. Which namespace the tools read follows the workers' rule
+(:mod:`simplebroker_redis.server`, :func:`.cli.find_target`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from .calls import depths
-from .runner import RedisRunner
-from .types import QueueDepth, Snapshot, WorkerRecord
+from simplebroker_redis.calls import depths
+from simplebroker_redis.runner import RedisRunner
+from simplebroker_redis.types import QueueDepth, Snapshot, WorkerRecord
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",

@@ -17,9 +17,10 @@ the counters the scripts keep. What a scrape serves:
   ``simplebroker_messages_total{event=enqueued|delivered|acknowledged|
   released|recovered|dead_lettered}``;
 - per task name (the task statistics the integrations keep, see
-  :mod:`.tasks.stats`; one more round trip): ``simplebroker_tasks_total{task,
-  event=enqueued|done|failed|retried}``, the execution-time histogram
-  ``simplebroker_task_duration_seconds{task}`` and its recent percentiles
+  :mod:`simplebroker_redis.tasks.stats`; one more round trip):
+  ``simplebroker_tasks_total{task, event=enqueued|done|failed|retried}``, the
+  execution-time histogram ``simplebroker_task_duration_seconds{task}`` and its
+  recent percentiles
   ``simplebroker_task_duration_recent_seconds{task, quantile}`` (the last
   5 minutes). Task-name labels are bounded: the ``--max-task-names``
   busiest names (50 by default) have their own, the rest are added up
@@ -37,12 +38,13 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from .calls.tasks import task_stats_read
+from simplebroker_redis.calls.tasks import task_stats_read
+from simplebroker_redis.runner import RedisRunner
+from simplebroker_redis.taskrecord import EVENTS, TaskRecord, bucket_upper
+
+from .cli import log_to_stderr, tool_parser, tool_target
 from .observe import NamespaceState, read_namespace
-from .opscli import log_to_stderr, tool_parser, tool_target
-from .runner import RedisRunner
-from .taskrecord import EVENTS, TaskRecord, bucket_upper
-from .tasks.summary import QUANTILES, by_name, top, totals
+from .task_summary import QUANTILES, by_name, top, totals
 
 logger = logging.getLogger("simplebroker_redis.metrics")
 
