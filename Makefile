@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples peer
+	$(BIN)/ruff check src tests benchmarks examples peer_suites
 
 typecheck: install
 	$(BIN)/mypy
@@ -103,13 +103,13 @@ celery-faults: install
 # version's sdist, kept in .peer/). A few minutes; not part of `make test`.
 peer-tests-protean: install
 	$(BIN)/python -m pip install -q httpx  # Protean's tests/conftest.py imports starlette's TestClient
-	$(BIN)/python peer/protean/run.py $(if $(PROTEAN_SOURCE),--protean $(PROTEAN_SOURCE))
+	$(BIN)/python peer_suites/protean/run.py $(if $(PROTEAN_SOURCE),--protean $(PROTEAN_SOURCE))
 
 # kombu's own integration tests on our transport beside kombu's redis:// (about
 # 2 min; not part of `make test`). KOMBU_SOURCE: a kombu sdist, source tree or
 # git directory (KOMBU_REV: its tag; default: the installed version's sdist, kept in .peer/).
 peer-tests-kombu: install
-	$(BIN)/python peer/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE)) $(if $(KOMBU_REV),--rev $(KOMBU_REV))
+	$(BIN)/python peer_suites/kombu/run.py $(if $(KOMBU_SOURCE),--kombu $(KOMBU_SOURCE)) $(if $(KOMBU_REV),--rev $(KOMBU_REV))
 
 # Celery's own integration suites (t/integration/ of the installed Celery
 # version) on Celery's Redis transport and on ours, side by side; not part of
@@ -117,7 +117,7 @@ peer-tests-kombu: install
 # --source <Celery checkout or git dir>. The summary goes to .peer/celery-summary.md.
 PEER_ARGS ?=
 peer-tests-celery: install
-	$(BIN)/python peer/celery/celery_suites.py $(PEER_ARGS)
+	$(BIN)/python peer_suites/celery/celery_suites.py $(PEER_ARGS)
 
 # 20 SIGKILLs of a `dramatiq` worker mid-task with the default 10 s lease: nothing
 # lost, and the time to redelivery of each kill printed (docs/dramatiq.md). About 5 min.
@@ -131,7 +131,7 @@ dramatiq-kill-trial: install
 # DRAMATIQ_ARGS: more pytest arguments (-- -k retries). A few minutes; not part of `make test`.
 peer-tests-dramatiq: install
 	$(BIN)/python -m pip install -q pika==1.4.4  # Dramatiq's tests/common.py imports it (RabbitMQ)
-	$(BIN)/python peer/dramatiq/run.py $(if $(DRAMATIQ_SOURCE),--dramatiq $(DRAMATIQ_SOURCE)) $(if $(DRAMATIQ_REV),--rev $(DRAMATIQ_REV)) $(DRAMATIQ_ARGS)
+	$(BIN)/python peer_suites/dramatiq/run.py $(if $(DRAMATIQ_SOURCE),--dramatiq $(DRAMATIQ_SOURCE)) $(if $(DRAMATIQ_REV),--rev $(DRAMATIQ_REV)) $(DRAMATIQ_ARGS)
 
 # All four peer suites (about 55 minutes in all).
 peer-tests: peer-tests-celery peer-tests-kombu peer-tests-protean peer-tests-dramatiq

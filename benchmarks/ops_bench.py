@@ -227,7 +227,7 @@ def scrape(server: Server, *, sizes: tuple[int, ...] = (1000, 10000)) -> dict[st
     """Fill namespaces of ``sizes`` queues; time one reading of each."""
     from simplebroker_redis import RedisRunner
     from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
-    from simplebroker_redis.observe import read_namespace
+    from simplebroker_redis.ops.observe import read_namespace
 
     client = redis.Redis.from_url(server.url)
     out: dict[str, Any] = {}

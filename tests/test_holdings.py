@@ -25,7 +25,7 @@ from simplebroker_redis.calls.base import new_token
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, ServerClock, Standing
-from simplebroker_redis.integration import lease_timing
+from simplebroker_redis.lease_timing import lease_timing
 from support.faultproxy import FaultProxy
 from support.waiting import wait_for
 

@@ -3,13 +3,16 @@
 Layers, lowest first (docs/architecture.md draws the same picture):
 
 0. foundation: constants and keys, errors, options, validation, IDs, the
-   Lua loader, typed script calls and their types, backoff rules (and the
-   dev server);
+   Lua loader, typed script calls and their types, backoff rules, lease
+   timing, task spans (and the dev server);
 1. connection construction;
 2. the runners;
-3. what runs on a runner: namespace lifecycle, leases, activity, async writes;
+3. what runs on a runner: namespace lifecycle, leases, activity, async writes,
+   which server and which config;
 4. the SimpleBroker core;
-5. the plugin and the packages' public facades.
+5. the plugin and the packages' public facades; the operations wing (``ops/``:
+   exporter, dashboard, the library loader), which nothing outside it imports
+   but the ``python -m`` modules that keep its documented command names.
 
 A module may import from its own layer or lower ones, never from a higher
 one, and the imports form no cycle. Every module must be placed in a layer,
@@ -42,8 +45,11 @@ LAYERS: dict[str, int] = {
     "priorities": 0,
     "ids": 0,
     "scripts": 0,
-    "scripts.__main__": 0,
+    "scripts.__main__": 5,  # `python -m simplebroker_redis.scripts`: ops.functions
     "errors": 0,
+    "environment": 0,
+    "lease_timing": 0,
+    "tracing": 0,
     "tlsprobe": 0,
     "retry": 0,
     "types": 0,
@@ -91,13 +97,11 @@ LAYERS: dict[str, int] = {
     "aio.activity": 3,
     "aio.writes": 3,
     "heartbeat": 3,
-    "integration": 3,  # what the framework integrations share
-    "observe": 3,
+    "server": 3,  # which server and which config: the tools' and integrations' one rule
     "workers": 3,
     "tasks": 3,  # the task index, statistics and formats
     "tasks.formats": 0,
     "tasks.stats": 3,
-    "tasks.summary": 0,
     # 4: the SimpleBroker core
     "core": 4,
     "core._base": 4,
@@ -109,18 +113,28 @@ LAYERS: dict[str, int] = {
     "core._selection": 4,
     # 5: plugin and public facades
     "plugin": 5,
-    "metrics": 5,
-    "opscli": 5,
-    "dashboard": 5,
-    "dashboard.app": 5,
-    "dashboard.live": 5,
-    "dashboard.access": 5,
-    "dashboard.actions": 5,
-    "dashboard.tasks": 5,
-    "dashboard.__main__": 5,
     "aio": 5,
     "": 5,  # the package's __init__
+    # 5: the operations wing, and the modules that keep its `python -m` names
+    "ops": 5,
+    "ops.observe": 5,
+    "ops.cli": 5,
+    "ops.task_summary": 5,
+    "ops.metrics": 5,
+    "ops.functions": 5,
+    "ops.dashboard": 5,
+    "ops.dashboard.app": 5,
+    "ops.dashboard.live": 5,
+    "ops.dashboard.access": 5,
+    "ops.dashboard.actions": 5,
+    "ops.dashboard.tasks": 5,
+    "ops.dashboard.__main__": 5,
+    "metrics": 5,  # `python -m simplebroker_redis.metrics`
+    "dashboard": 5,  # `python -m simplebroker_redis.dashboard`
 }
+
+#: Modules outside ``ops/`` that may import it: the ``python -m`` names it keeps.
+OPS_COMMANDS = frozenset({"metrics", "dashboard", "scripts.__main__"})
 
 
 def module_name(path: Path) -> str:
@@ -234,13 +248,44 @@ def test_the_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+def test_nothing_but_its_commands_imports_the_ops_wing():
+    """The tools sit above the core: no storage module, and not the plugin, depends on them."""
+    outside = {
+        importer: sorted(t for t in targets if t == "ops" or t.startswith("ops."))
+        for importer, targets in import_graph().items()
+        if importer != "ops" and not importer.startswith("ops.") and importer not in OPS_COMMANDS
+    }
+    assert {importer: found for importer, found in outside.items() if found} == {}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Return the first component of every absolute import in ``path`` (any nesting level)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_module_of_the_core_imports_an_integration():
+    """The backend and its tools know no framework: integrations register (entry points)."""
+    importing = {
+        str(path.relative_to(ROOT)): sorted(_top_level_imports(path) & set(INTEGRATION_PACKAGES))
+        for path in ROOT.rglob("*.py")
+    }
+    assert {name: found for name, found in importing.items() if found} == {}
+
+
 # -- the integrations (src/integrations/) ------------------------------------------------
 #
 # Each integration package is a tree of its own: its modules form layers
 # as the core's do (every module placed, no import of a higher layer), they
 # import one another in no cycle (TYPE_CHECKING and function-level imports
 # count too), none imports another integration, and none is over MAX_LINES
-# lines. What they share lives in the core (``simplebroker_redis.integration``).
+# lines. What they share lives in the core (``server``, ``lease_timing``, ``tracing``,
+# ``heartbeat``).
 # The Celery package keeps kombu's shape: what a message is and the
 # registries first, then the store, the poller, the channel, and the
 # transport and result backend on top; the result backend reaches the
@@ -421,6 +466,16 @@ def test_an_integration_imports_no_cycle(package):
     graph = integration_graph(package)
     graph[""] = set()  # the __init__ re-exporting its modules is the facade, not a cycle
     assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("package", INTEGRATION_PACKAGES)
+def test_an_integration_imports_no_ops_tool(package):
+    """An integration is a client of the core; the operations tools read what it stores."""
+    for path in (INTEGRATIONS / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            assert not any(name.startswith(f"{PACKAGE}.ops") for name in names), path
 
 
 @pytest.mark.parametrize("package", INTEGRATION_PACKAGES)

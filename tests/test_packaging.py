@@ -70,7 +70,7 @@ def test_the_devserver_without_a_binary_names_the_extra_the_readme_names(tmp_pat
 def test_the_dashboards_page_ships_in_the_wheel(wheel):
     names = set(wheel.namelist())
     for asset in ("index.html", "app.js", "tasks.js", "app.css"):
-        assert f"simplebroker_redis/dashboard/static/{asset}" in names
+        assert f"simplebroker_redis/ops/dashboard/static/{asset}" in names
     assert "simplebroker_redis/lua/task_find.lua" in names
     [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     formats = wheel.read(entry_points).decode().split("[simplebroker_redis.task_formats]\n")[1]

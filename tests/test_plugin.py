@@ -8,8 +8,9 @@ from simplebroker.ext import DatabaseError, DataError, InvalidConfigError, Opera
 
 from simplebroker_redis import RedisRunner, get_backend_plugin, redis_backend_plugin
 from simplebroker_redis.keys import Keyspace
-from simplebroker_redis.options import BackendOptions, redact_target
+from simplebroker_redis.options import BackendOptions
 from simplebroker_redis.runner import shared_runner
+from simplebroker_redis.targets import redact_target
 
 
 def test_entry_point_resolves_with_exact_handshake():

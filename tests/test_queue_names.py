@@ -9,8 +9,8 @@ from simplebroker.ext import QueueNameError
 
 import celery_simplebroker
 import taskiq_simplebroker.routing
-from simplebroker_redis.dashboard.live import state_json
-from simplebroker_redis.observe import combine
+from simplebroker_redis.ops.dashboard.live import state_json
+from simplebroker_redis.ops.observe import combine
 from simplebroker_redis.queue_names import MAX_QUEUE, shown_queue, storage_queue
 from simplebroker_redis.types import QueueDepth, Snapshot
 from simplebroker_redis.validation import validate_queue_name

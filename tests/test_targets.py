@@ -20,13 +20,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simplebroker_redis import targets
-from simplebroker_redis.options import (
+from simplebroker_redis.targets import (
     ACCEPTED_FORMS,
     InvalidTarget,
     TargetSpec,
     parse_target,
     redact_target,
 )
+
+# The grammar's property tests parse strings only: no server at all.
+pytestmark = pytest.mark.once
 
 PROPERTIES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -21,9 +21,10 @@ from .errors import (
 )
 from .keys import DEFAULT_NAMESPACE, Keyspace
 from .leases import LeaseCalls, Leases
-from .options import BackendOptions, InvalidTarget
+from .options import BackendOptions
 from .plugin import RedisBackendPlugin, redis_backend_plugin
 from .runner import RedisRunner
+from .targets import InvalidTarget
 from .types import Lease, LeasedMessage, Recovery, Settlement
 
 try:

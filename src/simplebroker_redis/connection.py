@@ -49,10 +49,12 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
-from simplebroker import resolve_config
 
+from . import tlsprobe
+from .environment import environment_config
 from .keys import Keyspace
-from .options import BackendOptions, TargetSpec, parse_target, redact_target
+from .options import BackendOptions
+from .targets import TargetSpec, parse_target, redact_target
 
 #: A data node's (host, port).
 Address = tuple[str, int]
@@ -131,7 +133,7 @@ def config_settings(config: Mapping[str, Any] | None) -> tuple[float, str]:
     files, whichever way the runner was built).
     """
     if config is None:
-        config = resolve_config(env=os.environ)
+        config = environment_config()
     busy = config.get("BUSY_TIMEOUT", _DEFAULT_BUSY_TIMEOUT_MS)
     password = config.get("BACKEND_PASSWORD") or os.environ.get(PASSWORD_ENV, "")
     return float(busy) / 1000.0, str(password)
@@ -250,16 +252,26 @@ class Connections:
             **self.client_kwargs(aio=aio),
         }
 
+    def _tls(self, *, aio: bool = False, sentinel: bool = False) -> dict[str, Any]:
+        """Return the ``connection_class`` of a ``rediss://`` target's data connections.
+
+        They are redis-py's TLS connections that tell a plain-text port apart
+        from a server that is down (:mod:`.tlsprobe`); nothing for a plain target.
+        """
+        if self.spec.scheme != "rediss":
+            return {}
+        return {"connection_class": tlsprobe.connection_class(aio=aio, sentinel=sentinel)}
+
     # -- where the namespace lives ------------------------------------------------
-    def _data_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _data_kwargs(
+        self, kwargs: dict[str, Any], *, aio: bool = False, sentinel: bool = False
+    ) -> dict[str, Any]:
         """Return ``kwargs`` plus the URL's credentials and TLS options, without an address."""
         parse_url: Any = redis.connection.parse_url  # redis-py leaves it unannotated
         parsed: dict[str, Any] = parse_url(self.spec.node_url("localhost", 1))
-        for name in ("host", "port"):
+        for name in ("host", "port", "connection_class"):
             parsed.pop(name, None)
-        if parsed.pop("connection_class", None) is not None:
-            parsed["ssl"] = True  # only SSLConnection is set by a rediss URL
-        return {**parsed, **kwargs}
+        return {**parsed, **kwargs, **self._tls(aio=aio, sentinel=sentinel)}
 
     def _sentinel_kwargs(self, aio: bool = False) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -299,7 +311,7 @@ class Connections:
         errors: list[str] = []
         failures: list[redis.RedisError] = []
         for host, port in dict.fromkeys(candidates):
-            node: Any = redis.Redis(
+            pool = redis.ConnectionPool(
                 **self._data_kwargs(
                     {
                         "host": host,
@@ -313,6 +325,7 @@ class Connections:
                     }
                 )
             )
+            node: Any = redis.Redis.from_pool(pool)  # closing the client closes its pool
             try:
                 ranges = node.execute_command("CLUSTER SLOTS")
             except redis.RedisError as exc:
@@ -342,10 +355,14 @@ class Connections:
         if self.kind == "sentinel":
             sentinel_pool: Any = SentinelBlockingConnectionPool  # unannotated __init__
             pool = sentinel_pool(
-                self.spec.service, self.sentinel(), **self._data_kwargs(self._pool_kwargs())
+                self.spec.service,
+                self.sentinel(),
+                **self._data_kwargs(self._pool_kwargs(), sentinel=True),
             )
         else:
-            pool = redis.BlockingConnectionPool.from_url(self._url(address), **self._pool_kwargs())
+            pool = redis.BlockingConnectionPool.from_url(
+                self._url(address), **self._pool_kwargs(), **self._tls()
+            )
         return redis.Redis(connection_pool=pool)
 
     def _url(self, address: Address | None) -> str:
@@ -361,11 +378,11 @@ class Connections:
             pool = sentinel_pool(
                 self.spec.service,
                 self.async_sentinel(),
-                **self._data_kwargs(self._pool_kwargs(aio=True)),
+                **self._data_kwargs(self._pool_kwargs(aio=True), aio=True, sentinel=True),
             )
         else:
             pool = aioredis.BlockingConnectionPool.from_url(
-                self._url(address), **self._pool_kwargs(aio=True)
+                self._url(address), **self._pool_kwargs(aio=True), **self._tls(aio=True)
             )
         return aioredis.Redis(connection_pool=pool)
 
@@ -388,19 +405,21 @@ class Connections:
         when the slot moves.
         """
         if self.kind == "sentinel":
-            kwargs = self._data_kwargs(self._subscriber_kwargs())
+            kwargs = self._data_kwargs(self._subscriber_kwargs(), sentinel=True)
             manager: Any = self.sentinel()  # master_for is unannotated
             client: redis.Redis = manager.master_for(self.spec.service, **kwargs)
             return client
-        return redis.Redis.from_url(self._url(None), **self._subscriber_kwargs())
+        return redis.Redis.from_url(self._url(None), **self._subscriber_kwargs(), **self._tls())
 
     def async_subscriber(self) -> aioredis.Redis:
         """Return an asyncio client for one dedicated Pub/Sub connection."""
         if self.kind == "sentinel":
-            kwargs = self._data_kwargs(self._subscriber_kwargs(aio=True))
+            kwargs = self._data_kwargs(self._subscriber_kwargs(aio=True), aio=True, sentinel=True)
             aclient: aioredis.Redis = self.async_sentinel().master_for(self.spec.service, **kwargs)
             return aclient
-        return aioredis.Redis.from_url(self._url(None), **self._subscriber_kwargs(aio=True))
+        return aioredis.Redis.from_url(
+            self._url(None), **self._subscriber_kwargs(aio=True), **self._tls(aio=True)
+        )
 
     async def async_owner(self) -> Address:
         """Return the cluster slot's owner, asking the seeds off the event loop if unknown."""

@@ -27,7 +27,7 @@ from simplebroker.ext import (
 
 from .keys import SCHEMA_VERSION
 from .scripts import locate
-from .tlsprobe import plain_text_port
+from .tlsprobe import found_mismatch
 
 # Pipelines prefix the server's reply ("Command # 2 (ZCARD ...) ...: WRONGTYPE").
 _WRONGTYPE_RE: Final = re.compile(r"(?:^|: )WRONGTYPE")
@@ -406,17 +406,18 @@ def transient(exc: BaseException) -> bool:
 def _tls_refusal(exc: BaseException, where: str) -> AccessDenied | None:
     """Return the refusal of a connection that failed in TLS, else None (see ``AccessDenied``).
 
-    A plain-text port behind a ``rediss://`` URL (asked once, :mod:`.tlsprobe`),
-    a failed verification, TLS files that cannot be read.
+    A plain-text port behind a ``rediss://`` URL (the connection asked it once,
+    :mod:`.tlsprobe`), a failed verification, TLS files that cannot be read.
     """
     if not isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
         return None
-    plain = plain_text_port(exc)
-    if plain is not None:
+    mismatch = found_mismatch(exc)
+    if mismatch is not None:
+        failure = mismatch.failure if exc is mismatch else exc  # what the connect said
         return AccessDenied(
-            f"cannot reach Redis at {where}: TLS mismatch: {plain} answers in plain text, "
-            "not TLS; use redis:// for this port, or rediss:// with the server's TLS port "
-            f"(its tls-port): {type(exc).__name__}: {exc}"
+            f"cannot reach Redis at {where}: TLS mismatch: {mismatch.address} answers in plain "
+            "text, not TLS; use redis:// for this port, or rediss:// with the server's TLS "
+            f"port (its tls-port): {type(failure).__name__}: {failure}"
         )
     tls = _tls_failed(exc)
     if tls is not None:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from .holdings import Holdings, ServerClock, Standing
-from .integration import LeaseTiming
+from .lease_timing import LeaseTiming
 from .leases import Leases
 from .runner import RedisRunner
 from .workers import Presence, notify, worker_kind

@@ -1,11 +1,10 @@
-"""Backend options (``[backend_options]``) and the connection targets they go with.
+"""Backend options (``[backend_options]``): their names, defaults and validation.
 
-:class:`BackendOptions` validates the options. Targets follow one grammar,
-defined in :mod:`.targets` and re-exported here (:func:`parse_target` and
-friends), so every entry point refuses a malformed URL with the same
-message. The password comes from the URL or, when the URL has none, from
-``BROKER_BACKEND_PASSWORD``. Passwords never reach an error message, a log
-line or a ``repr``: everything shown goes through :func:`redact_target`.
+:class:`BackendOptions` validates the options. The targets they go with
+follow one grammar, defined (and imported from) :mod:`.targets`. The
+password comes from the URL or, when the URL has none, from
+``BROKER_BACKEND_PASSWORD``; passwords never reach an error message, a log
+line or a ``repr`` (:func:`.targets.redact_target`).
 """
 
 from __future__ import annotations
@@ -18,33 +17,13 @@ from typing import Any, Final, TypedDict
 from simplebroker.ext import InvalidConfigError
 
 from .keys import DEFAULT_NAMESPACE, validate_namespace
-from .target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS
-from .targets import (
-    ACCEPTED_FORMS,
-    InvalidTarget,
-    TargetSpec,
-    TopologyKind,
-    normalize_target,
-    parse_target,
-    redact_target,
-    target_has_password,
-)
 from .validation import number_problem
 
 __all__ = [
-    "ACCEPTED_FORMS",
+    "DEFAULT_MAX_CONNECTIONS",
     "OPTION_NAMES",
-    "QUERY_OPTIONS",
-    "TLS_QUERY_OPTIONS",
     "BackendOptions",
-    "InvalidTarget",
     "OptionKwargs",
-    "TargetSpec",
-    "TopologyKind",
-    "normalize_target",
-    "parse_target",
-    "redact_target",
-    "target_has_password",
 ]
 
 #: Connections a runner's pool may open.

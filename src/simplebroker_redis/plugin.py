@@ -13,8 +13,9 @@ from ._sbcompat import guard_connection_retry
 from .activity import open_waiter
 from .core import RedisBrokerCore
 from .keys import SCHEMA_VERSION, format_id
-from .options import BackendOptions, normalize_target
+from .options import BackendOptions
 from .runner import RedisRunner, RunnerBase, shared_runner
+from .targets import normalize_target
 
 #: A target's ``[backend_options]``, as SimpleBroker passes them (None: the defaults).
 Options = Mapping[str, Any] | None

@@ -3,34 +3,64 @@
 A TLS client that connects to a plain-text Valkey/Redis port sends its
 ClientHello, which the server reads as the start of an inline command and
 waits for the rest of: the handshake times out after the connect timeout,
-as it would for a server that hangs. After a handshake that timed out (or
-failed on a reply that is not TLS), :func:`plain_text_port` asks the port
-itself, in plain text, with one ``PING``: a Valkey/Redis port that answers
-``+PONG`` (or ``-NOAUTH``, or any error reply) is certainly not a TLS port,
-so the mismatch is named at once and never retried; any other outcome
-(no answer, a TLS alert, a closed connection) leaves the failure as it was.
+as it would for a server that hangs. So every TLS connection of a runner is
+one of the classes here (``connection_class`` of each pool and client that
+:mod:`.connection` makes for a ``rediss://`` target, sync and asyncio,
+Sentinel-managed or not). When its connect fails in a way a handshake with
+a plain-text port fails (a timeout, a TLS error, a connection cut), it asks
+its own ``host:port`` once, in plain text, with one ``PING``: a port that
+answers ``+PONG`` (or ``-NOAUTH``, or any error reply) is certainly not a
+TLS port, and the connect raises :class:`TLSMismatch`, which
+:func:`~simplebroker_redis.errors.translate` reports as ``AccessDenied``
+(never retried). Any other outcome (no answer, a TLS alert, a closed
+connection) leaves the failure as it was.
+
+The probe costs at most :data:`PROBE_TIMEOUT`, only after a connect that
+already failed; a connection refused or a name that does not resolve is not
+probed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import ssl
-import traceback
-from typing import Final
+from typing import Any, Final
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
+import redis.exceptions as rx
+import redis.sentinel
 
-#: Seconds the plain-text probe may take (it runs only after a failed handshake).
+#: Seconds the plain-text probe may take (it runs only after a failed connect).
 PROBE_TIMEOUT: Final[float] = 0.5
 
-#: Frames in which a TLS handshake waits for the server: redis-py's sync
-#: connection (``ssl``), and asyncio's (the transport is made after the handshake).
-_HANDSHAKE_FRAMES: Final[frozenset[str]] = frozenset(
-    {"do_handshake", "_create_connection_transport"}
+#: How a handshake with a plain-text port ends: it times out (the server waits
+#: for the rest of a command), it reads a reply that is not TLS, or the server
+#: cuts the connection. A connect that never reached the port (refused,
+#: unresolvable, unreachable) ends otherwise and is not probed.
+_HANDSHAKE_FAILURES: Final = (
+    ssl.SSLError,
+    TimeoutError,  # also socket.timeout and asyncio.TimeoutError
+    rx.TimeoutError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
 )
 
-_TLS_CONNECTIONS: Final = (redis.SSLConnection, redis.asyncio.SSLConnection)
+
+class TLSMismatch(rx.ConnectionError):
+    """A TLS connection's port answers in plain text: ``address`` (``host:port``) names it.
+
+    ``failure`` is what the connect itself raised (a handshake timeout, say).
+    """
+
+    def __init__(self, address: str, failure: BaseException) -> None:
+        super().__init__(f"TLS mismatch: {address} answers in plain text, not TLS")
+        self.address = address
+        self.failure = failure
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -43,26 +73,21 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _handshake_failure(exc: BaseException) -> tuple[str, int] | None:
-    """Return (host, port) of the TLS connection whose handshake raised ``exc``, else None.
-
-    The connection is found in the traceback: redis-py raises its own
-    ``TimeoutError`` or ``ConnectionError`` from inside the connection's
-    ``connect``, whose ``self`` is the connection.
-    """
-    address: tuple[str, int] | None = None
-    in_handshake = False
-    for error in _chain(exc):
-        in_handshake = in_handshake or isinstance(error, ssl.SSLError)
-        for frame, _ in traceback.walk_tb(error.__traceback__):
-            in_handshake = in_handshake or frame.f_code.co_name in _HANDSHAKE_FRAMES
-            owner = frame.f_locals.get("self")
-            if address is None and isinstance(owner, _TLS_CONNECTIONS):
-                address = (str(owner.host), int(owner.port))
-    return address if in_handshake else None
+def found_mismatch(exc: BaseException) -> TLSMismatch | None:
+    """Return the :class:`TLSMismatch` among ``exc`` and its causes, if any."""
+    return next((error for error in _chain(exc) if isinstance(error, TLSMismatch)), None)
 
 
-def _answers_plain_text(host: str, port: int) -> bool:
+def _worth_probing(exc: BaseException) -> bool:
+    return any(isinstance(error, _HANDSHAKE_FAILURES) for error in _chain(exc))
+
+
+def _address(connection: Any) -> tuple[str, int] | None:
+    host, port = getattr(connection, "host", None), getattr(connection, "port", None)
+    return None if not host or not port else (str(host), int(port))
+
+
+def answers_plain_text(host: str, port: int) -> bool:
     """Return whether ``host:port`` answers a plain-text ``PING`` with a RESP reply."""
     try:
         with socket.create_connection((host, port), timeout=PROBE_TIMEOUT) as sock:
@@ -72,13 +97,76 @@ def _answers_plain_text(host: str, port: int) -> bool:
         return False
 
 
-def plain_text_port(exc: BaseException) -> str | None:
-    """Return ``host:port`` when ``exc`` is a TLS handshake with a port that speaks plain text.
+async def answers_plain_text_async(host: str, port: int) -> bool:
+    """:func:`answers_plain_text` on the event loop (it never blocks the loop)."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(b"PING\r\n")
+                await writer.drain()
+                first = await reader.read(1)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except OSError:  # TimeoutError too
+        return False
+    return first in (b"+", b"-")
 
-    Blocks up to :data:`PROBE_TIMEOUT` (also on an event loop: it runs once,
-    after a handshake that already waited for the connect timeout).
-    """
-    address = _handshake_failure(exc)
-    if address is None or not _answers_plain_text(*address):
-        return None
-    return f"{address[0]}:{address[1]}"
+
+class _Probing:
+    """Mixin of a sync TLS connection: a failed connect asks its port in plain text."""
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+        """Connect as redis-py does; a plain-text port behind a failure: :class:`TLSMismatch`."""
+        try:
+            return super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
+            address = _address(self)
+            if address is None or not _worth_probing(exc) or not answers_plain_text(*address):
+                raise
+            raise TLSMismatch(f"{address[0]}:{address[1]}", exc) from exc
+
+
+class _AsyncProbing:
+    """Mixin of an asyncio TLS connection: a failed connect asks its port in plain text."""
+
+    async def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+        """Connect as redis-py does; a plain-text port behind a failure: :class:`TLSMismatch`."""
+        try:
+            return await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
+            address = _address(self)
+            if (
+                address is None
+                or not _worth_probing(exc)
+                or not await answers_plain_text_async(*address)
+            ):
+                raise
+            raise TLSMismatch(f"{address[0]}:{address[1]}", exc) from exc
+
+
+class ProbingSSLConnection(_Probing, redis.SSLConnection):
+    """redis-py's TLS connection that names a plain-text port (see the module docstring)."""
+
+
+class ProbingSentinelSSLConnection(_Probing, redis.sentinel.SentinelManagedSSLConnection):
+    """The same, for a Sentinel-managed primary."""
+
+
+class AsyncProbingSSLConnection(_AsyncProbing, redis.asyncio.SSLConnection):
+    """redis-py's asyncio TLS connection that names a plain-text port."""
+
+
+class AsyncProbingSentinelSSLConnection(
+    _AsyncProbing, redis.asyncio.sentinel.SentinelManagedSSLConnection
+):
+    """The same, for an asyncio Sentinel-managed primary."""
+
+
+def connection_class(*, aio: bool, sentinel: bool) -> type[Any]:
+    """Return the TLS connection class of a pool: asyncio or not, Sentinel-managed or not."""
+    if aio:
+        return AsyncProbingSentinelSSLConnection if sentinel else AsyncProbingSSLConnection
+    return ProbingSentinelSSLConnection if sentinel else ProbingSSLConnection

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -12,6 +11,7 @@ from typing import Any, Final, Literal
 from simplebroker import resolve_config
 from simplebroker.ext import MessageError, QueueNameError
 
+from .environment import environment_config
 from .keys import format_id
 
 _QUEUE_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]*$")
@@ -97,7 +97,7 @@ def message_size_limit(config: Mapping[str, Any] | None) -> int:
     reads it; SimpleBroker's default (10 MB) when neither sets it. The
     runners, the core and every integration's writes take their limit here.
     """
-    source = resolve_config(env=os.environ) if config is None else config
+    source = environment_config() if config is None else config
     limit = source.get("MAX_MESSAGE_SIZE")
     return int(resolve_config()["MAX_MESSAGE_SIZE"] if limit is None else limit)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from .calls import worker_beat
-from .integration import LeaseTiming
+from .lease_timing import LeaseTiming
 from .runner import RedisRunner
 
 #: Seconds between two records of a worker at least (a heartbeat renews

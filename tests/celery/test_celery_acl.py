@@ -23,7 +23,8 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 
 from faults.exercise import exercise_celery
-from simplebroker_redis import RedisBrokerCore, RedisRunner, scripts
+from simplebroker_redis import RedisBrokerCore, RedisRunner
+from simplebroker_redis.ops import functions
 from support.eventlog import read_events
 from support.waiting import wait_for
 
@@ -62,7 +63,7 @@ def celery_url(acl_server, admin, namespace: str) -> str:
         for rule in celery_acl_rules()
     ]
     admin.execute_command("ACL", "SETUSER", namespace, *rules)
-    assert scripts.main(["load", acl_server.url]) == 0  # the administrator's step
+    assert functions.main(["load", acl_server.url]) == 0  # the administrator's step
     admin.execute_command("ACL", "LOG", "RESET")
     return f"redis://{namespace}:{password}@127.0.0.1:{acl_server.port}/0"
 

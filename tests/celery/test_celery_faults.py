@@ -13,7 +13,9 @@ from simplebroker_redis import RedisBrokerCore, RedisRunner
 from support.eventlog import read_events
 from support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+# Worker-SIGKILL trials: their server side is the lease scripts, which every
+# other test runs on each server binary.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 
 def done_keys(events) -> set[str]:

@@ -27,6 +27,11 @@ from support.faultproxy import FaultProxy
 from support.processes import Process
 from support.waiting import wait_for
 
+# Network-fault trials of workers: their scripts (fenced results, idempotent
+# publishes) run on each server binary in tests/celery/test_celery_results.py
+# and tests/test_write_once.py.
+pytestmark = pytest.mark.once
+
 #: Seconds an outage lasts at least (the lease is longer: nothing expires).
 OUTAGE = 3.0
 

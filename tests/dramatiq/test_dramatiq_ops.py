@@ -10,7 +10,7 @@ from __future__ import annotations
 from dqhelpers import keys_of, sender_actors, start_worker
 from dramatiq import Message
 
-from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.ops.observe import read_namespace
 from support.waiting import wait_for
 
 

@@ -22,6 +22,10 @@ from dramatiq.results import Results
 from dramatiq_simplebroker import SimpleBrokerResultBackend
 from support.waiting import wait_for
 
+# Worker processes and their SIGKILL trials: their server side is the lease
+# scripts, which every other test runs on each server binary.
+pytestmark = pytest.mark.once
+
 KILLS = int(os.environ.get("DQ_KILLS", "3"))
 KILL_LEASE = float(os.environ.get("DQ_KILL_LEASE", "2"))
 

@@ -20,7 +20,7 @@ from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 from simplebroker_redis import Leases, RedisRunner, calls, redis_backend_plugin
 from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
-from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.ops.observe import read_namespace
 from simplebroker_redis.taskrecord import TaskRecord
 from simplebroker_redis.types import ValueWrite
 

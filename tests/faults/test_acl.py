@@ -19,8 +19,9 @@ import pytest
 import redis
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin, scripts
+from simplebroker_redis import AccessDenied, RedisRunner, redis_backend_plugin
 from simplebroker_redis.core import RedisBrokerCore
+from simplebroker_redis.ops import functions
 from simplebroker_redis.scripts import library_name
 from support.state import snapshot
 
@@ -92,7 +93,7 @@ def test_least_privilege_acl_user_runs_every_operation_and_nothing_else(
     scripting = "eval" if rules == "eval" else "functions"
     if scripting == "functions":
         # As the README says: an administrator loads the library once.
-        assert scripts.main(["load", server.url]) == 0
+        assert functions.main(["load", server.url]) == 0
     url = f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
     # Someone else's namespace on the same server.
     other = RedisBrokerCore(RedisRunner(server.url, namespace="other"), owns_runner=True)

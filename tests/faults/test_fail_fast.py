@@ -31,10 +31,11 @@ import redis
 from simplebroker import BrokerTarget, Queue
 
 from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
+from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.connection import CONNECT_TIMEOUT
 from simplebroker_redis.devserver import DevServer, free_port
 from simplebroker_redis.errors import Rejected
-from simplebroker_redis.options import ACCEPTED_FORMS
+from simplebroker_redis.targets import ACCEPTED_FORMS
 from support.processes import pythonpath
 
 from .faulthelpers import QUOTED, SECRET, assert_secret_free, broker_cli, write_project
@@ -358,6 +359,34 @@ def test_a_tls_url_on_a_plain_text_port_is_named_a_mismatch_after_one_handshake(
         assert "use redis://" in str(error), name
         # One handshake timeout, then at once: retrying would add 2 s, 4 s and two more.
         assert took < CONNECT_TIMEOUT + AT_ONCE, (name, took)
+
+
+async def _initialize_async(url: str) -> None:
+    runner = AsyncRedisRunner(url)
+    try:
+        await runner.ensure_initialized()
+    finally:
+        await runner.aclose()
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "asyncio"])
+def test_a_tls_port_that_stays_silent_is_not_called_a_mismatch(aio):
+    """A handshake that times out on a port that answers nothing, not even a plain
+    ``PING``, may be a hung server: the connection's probe finds no plain-text
+    reply, so the failure stays a retryable "cannot reach", not ``AccessDenied``."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"rediss://127.0.0.1:{listener.getsockname()[1]}/0?socket_connect_timeout=1"
+        if aio:
+            error, _ = _timed(lambda: asyncio.run(_initialize_async(url)))
+        else:
+            runner = RedisRunner(url)
+            try:
+                error, _ = _timed(runner.ensure_initialized)
+            finally:
+                runner.shutdown()
+    assert error is not None and not isinstance(error, AccessDenied), repr(error)
+    assert "cannot reach" in str(error) and "TLS mismatch" not in str(error), str(error)
+    assert getattr(error, "retryable", False), repr(error)
 
 
 def test_a_database_number_out_of_range_is_said_at_once(server, tmp_path, auth_server):

@@ -31,6 +31,9 @@ from .faulthelpers import (
     write_project,
 )
 
+# TLS needs a TLS-capable server binary: these run once, on Debian's redis-server.
+pytestmark = pytest.mark.once
+
 
 @dataclass(frozen=True)
 class TlsServer:

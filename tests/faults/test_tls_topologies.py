@@ -38,6 +38,9 @@ from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBro
 from .exercise import exercise
 from .faulthelpers import QUOTED, SECRET, assert_secret_free, texts_of, watch_backend_ports
 
+# TLS needs a TLS-capable server binary: these run once, on Debian's redis-server.
+pytestmark = pytest.mark.once
+
 #: The two TLS topologies, as test parameters (not TOPOLOGIES: tests/conftest.py reads that).
 TLS_KINDS = ("cluster", "sentinel")
 

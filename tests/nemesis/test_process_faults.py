@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# Once: the faults hit the workers and the network, whose server side the
+# rest of the suite runs on Redis 7 too.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 
 def test_protean_worker_sigkilled(nemesis):

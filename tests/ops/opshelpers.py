@@ -64,7 +64,7 @@ class Ops:
 def worker_record(url: str, namespace: str, kind: str) -> dict[str, Any] | None:
     """The heartbeat record of a live worker of ``kind``, if one beats."""
     from simplebroker_redis import RedisRunner
-    from simplebroker_redis.observe import read_namespace
+    from simplebroker_redis.ops.observe import read_namespace
 
     runner = RedisRunner(url, namespace=namespace)
     try:

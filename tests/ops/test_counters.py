@@ -9,7 +9,7 @@ import redis
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
-from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.ops.observe import read_namespace
 
 
 def counts(runner: RedisRunner) -> dict[tuple[str, str], int]:

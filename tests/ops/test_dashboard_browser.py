@@ -38,6 +38,10 @@ from support.waiting import wait_for
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.tracing import TracingMiddleware
 
+# A browser drives the page: the scripts behind it run on each server binary
+# in the other tests of tests/ops.
+pytestmark = pytest.mark.once
+
 #: Where screenshots go when asked for (``OPS_SCREENSHOTS=docs``), to update the docs.
 SHOTS = os.environ.get("OPS_SCREENSHOTS")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from simplebroker_redis import RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
-from simplebroker_redis.observe import read_namespace
+from simplebroker_redis.ops.observe import read_namespace
 
 TOPOLOGIES = ("cluster", "sentinel")
 

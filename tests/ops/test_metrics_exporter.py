@@ -16,7 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
-from simplebroker_redis.observe import TargetError, find_target, read_namespace
+from simplebroker_redis.ops.cli import find_target
+from simplebroker_redis.ops.observe import read_namespace
+from simplebroker_redis.server import URL_ENV, TargetError
 
 
 def fill(core: RedisBrokerCore, runner: RedisRunner) -> None:
@@ -72,7 +74,10 @@ def test_dense_and_sparse_sets_count_alike(broker: RedisBrokerCore, runner: Redi
     ]
 
 
-def test_find_target_reads_the_project_config(tmp_path: Path, server: object) -> None:
+def test_find_target_reads_the_project_config(
+    tmp_path: Path, server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(URL_ENV, raising=False)
     url = server.url  # type: ignore[attr-defined]
     (tmp_path / ".broker.toml").write_text(
         f'version = 1\nbackend = "redis"\ntarget = "{url}"\n\n'
@@ -84,6 +89,11 @@ def test_find_target_reads_the_project_config(tmp_path: Path, server: object) ->
     assert (found.target, found.options["namespace"]) == (url, "proj")
     assert found.source.endswith(".broker.toml")
     assert find_target(directory=nested, namespace="other").options["namespace"] == "other"
+    # The workers' rule: $SIMPLEBROKER_REDIS_URL comes before the project file.
+    monkeypatch.setenv(URL_ENV, "redis://127.0.0.1:7009/0")
+    found = find_target(directory=nested)
+    assert (found.target, found.source) == ("redis://127.0.0.1:7009/0", f"${URL_ENV}")
+    assert find_target(url, directory=nested).source == "--target"
 
 
 def test_find_target_without_any_says_what_to_do(
@@ -91,6 +101,7 @@ def test_find_target_without_any_says_what_to_do(
 ) -> None:
     monkeypatch.delenv("BROKER_BACKEND", raising=False)
     monkeypatch.delenv("BROKER_BACKEND_TARGET", raising=False)
+    monkeypatch.delenv(URL_ENV, raising=False)
     with pytest.raises(TargetError, match="--target"):
         find_target(directory=tmp_path)
 
@@ -108,7 +119,7 @@ def exporter(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[tuple[s
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**{k: v for k, v in os.environ.items() if k != URL_ENV}, "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert proc.stdout is not None
@@ -155,7 +166,7 @@ def test_exporter_serves_depths_and_follows_them(
 
 
 def test_exporter_refuses_without_a_target(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_") and k != URL_ENV}
     done = subprocess.run(
         [sys.executable, "-m", "simplebroker_redis.metrics", "--port", "0"],
         cwd=tmp_path,
@@ -172,7 +183,7 @@ def test_task_names_are_exported_with_bounded_labels(runner: RedisRunner) -> Non
     """Counts, the execution-time histogram and recent percentiles, per task name."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.ops.metrics import NamespaceCollector
     from simplebroker_redis.tasks import TaskStats
 
     stats = TaskStats(runner, interval=3600)
@@ -215,7 +226,7 @@ def test_the_grafana_dashboard_queries_only_what_the_exporter_serves(runner: Red
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from simplebroker_redis.metrics import NamespaceCollector
+    from simplebroker_redis.ops.metrics import NamespaceCollector
     from simplebroker_redis.tasks import TaskStats
 
     stats = TaskStats(runner, interval=3600)

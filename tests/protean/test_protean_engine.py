@@ -19,9 +19,14 @@ from collections import Counter
 from pathlib import Path
 
 import papp
+import pytest
 from phelpers import HERE, LEASE, PYTHONPATH, handler_calls
 
 from support.waiting import wait_for
+
+# Protean's engine in processes of its own: its server side is the lease
+# scripts, which every other test runs on each server binary.
+pytestmark = pytest.mark.once
 
 DLQ = f"{papp.STREAM}:dlq"
 _INITIALIZED: list[bool] = []

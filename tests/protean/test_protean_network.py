@@ -25,6 +25,11 @@ from simplebroker_redis.devserver import DevServer
 from support.faultproxy import FaultProxy
 from support.waiting import wait_for
 
+# Network-fault trials of workers: their scripts (idempotent writes, spared
+# recoveries) run on each server binary in tests/test_write_once.py and
+# tests/test_holdings.py.
+pytestmark = pytest.mark.once
+
 FAST = {"PBK_LEASE": "1.0", "PBK_HEARTBEAT": "0.2", "PBK_RECOVER": "0.2"}
 
 

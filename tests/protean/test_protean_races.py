@@ -13,9 +13,14 @@ import sys
 import textwrap
 import threading
 
+import pytest
 from phelpers import HERE, handler_calls
 
 from support.waiting import wait_for
+
+# Racing consumer processes: their server side is the lease scripts, which
+# every other test runs on each server binary.
+pytestmark = pytest.mark.once
 
 COUNT = 200
 

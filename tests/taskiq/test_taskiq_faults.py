@@ -22,6 +22,10 @@ from taskiq_simplebroker import (
     SimpleBrokerTaskiqBroker,
 )
 
+# Worker-SIGKILL trials: their server side is the lease scripts, which every
+# other test runs on each server binary.
+pytestmark = pytest.mark.once
+
 #: Lease settings of these tests' workers: a kill is noticed within ~1.2 s.
 FAST = {"TQ_LEASE": "1.0", "TQ_HEARTBEAT": "0.2"}
 

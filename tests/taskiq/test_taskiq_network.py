@@ -35,6 +35,11 @@ from support.waiting import eventually
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.errors import TaskOutcomeUnknown
 
+# Network-fault trials of workers: their scripts (fenced commits, idempotent
+# writes, spared recoveries) run on each server binary in tests/test_write_once.py
+# and tests/test_holdings.py.
+pytestmark = pytest.mark.once
+
 
 @pytest.fixture
 def proxy(server: DevServer) -> FaultProxy:

@@ -15,8 +15,10 @@ See ``docs/celery.md``.
 
 from kombu.transport import TRANSPORT_ALIASES
 
+from simplebroker_redis.server import URL_ENV
+
 from .errors import AuthenticationFailed, ConnectTimedOut, ServerUnreachable, UnconfirmedPublish
-from .options import FAILOVER_SCHEMES, URL_ENV, ConfigurationError, TransportOptions, storage_queue
+from .options import FAILOVER_SCHEMES, ConfigurationError, TransportOptions, storage_queue
 from .publishing import PublishOutcomeUnknown
 
 #: The kombu transport alias this package registers on import.

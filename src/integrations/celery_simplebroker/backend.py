@@ -27,7 +27,6 @@ from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout, calls
-from simplebroker_redis.integration import Target
 from simplebroker_redis.types import CeleryStored
 
 from .acks import Ahead, ResultAcks, holder_of
@@ -66,7 +65,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
         super().__init__(app=app, url=url, **kwargs)
         options = self.app.conf.get("result_backend_transport_options") or {}
         check_app_urls(self.app)  # a producer may not have finalized its app yet
-        self.runner = Target(resolve_target(url)).with_options(runner_options(options)).runner()
+        self.runner = resolve_target(url).with_options(runner_options(options)).runner()
         warn_unknown_options("result_backend_transport_options", options, BACKEND_OPTIONS)
         self.consumer = ResultConsumer(self, self.runner)
         self.chords = Chords(self, self.runner)

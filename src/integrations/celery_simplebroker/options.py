@@ -15,20 +15,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
-from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
+from simplebroker_redis.lease_timing import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.queue_names import storage_queue as storage_queue  # re-exported
+from simplebroker_redis.server import Target, TargetError, choose_server
+from simplebroker_redis.targets import redact_target
 from simplebroker_redis.validation import number_problem
 
 logger = logging.getLogger("celery_simplebroker")
-
-#: Environment variable naming the server when a URL names none.
-URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
 
 #: Longest sleep of an idle worker between two reservations (wake-ups are hints).
 DEFAULT_IDLE_RECHECK: Final[float] = 10.0
@@ -55,31 +52,33 @@ class ConfigurationError(ValueError):
 _NO_SERVER: Final[frozenset[str]] = frozenset({"", "localhost", "simplebroker:", "simplebroker:/"})
 
 
-def resolve_target(url: str | None) -> str:
-    """Return the server URL: ``url`` when it names a server, else ``$SIMPLEBROKER_REDIS_URL``.
+def resolve_target(url: str | None) -> Target:
+    """Return the server of a broker or result backend URL (without ``simplebroker+``).
 
-    ``simplebroker://`` (no server) means the environment variable. Either
-    must follow the backend's target grammar.
+    A URL that names no server (``simplebroker://``) means what it means to
+    every integration: ``$SIMPLEBROKER_REDIS_URL``, else the SimpleBroker
+    project's ``.broker.toml`` and its ``[backend_options]``
+    (:mod:`simplebroker_redis.server`). Either must follow the backend's
+    target grammar.
 
     Raises:
         ConfigurationError: No server is named, or the target is malformed
             (the grammar's message: the fault and the accepted forms).
 
     """
-    target, where = url or "", "the broker URL"
-    if target.rstrip("/") in _NO_SERVER:
-        target, where = os.environ.get(URL_ENV, ""), f"${URL_ENV}"
-        if not target:
-            raise ConfigurationError(f"the broker URL names no server and ${URL_ENV} is not set")
+    named = url or ""
     try:
-        parse_target(target)
-    except InvalidTarget as exc:
-        raise ConfigurationError(f"{where}: {exc}") from None
-    return target
+        return choose_server(
+            None if named.rstrip("/") in _NO_SERVER else named,
+            source="the broker URL",
+            asked="a server in the broker URL (simplebroker+redis://host:port/db)",
+        )
+    except (TargetError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
-def client_target(client: Any) -> str:
-    """Return the server URL of a kombu connection, its first URL or a failover alternate.
+def client_target(client: Any) -> Target:
+    """Return the server of a kombu connection: its first URL or a failover alternate.
 
     kombu keeps a first ``simplebroker+redis://...`` URL whole in
     ``hostname``; when it fails over to an alternate (``broker_url = "a;b"``)
@@ -103,6 +102,11 @@ def client_target(client: Any) -> str:
     scheme = str(client.transport_cls).rpartition("+")[2]
     if (not hostname and scheme != "unix") or "://" in (hostname or ""):
         return resolve_target(hostname)
+    return Target(_alternate_url(client, hostname, scheme), source="the broker URL")
+
+
+def _alternate_url(client: Any, hostname: Any, scheme: str) -> str:
+    """Return the URL of a failover alternate, from the parts kombu parsed it into."""
     if scheme not in FAILOVER_SCHEMES:
         scheme = "redis"  # a bare host name: kombu's hostname= with the transport given
     credentials = ""
@@ -336,7 +340,7 @@ def runner_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """Return the backend options of a transport's or result backend's options.
 
     See :data:`RUNNER_OPTIONS`; None stands for one not given (an empty
-    ``namespace`` too), which :meth:`~simplebroker_redis.integration.Target.with_options`
+    ``namespace`` too), which :meth:`~simplebroker_redis.server.Target.with_options`
     leaves at the backend's default. The backend checks them where the
     runner is made (``Target.runner`` raises ``InvalidConfigError``,
     naming the option).

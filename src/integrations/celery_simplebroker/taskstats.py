@@ -21,7 +21,6 @@ from typing import Any
 from celery import signals
 
 from simplebroker_redis import tasks
-from simplebroker_redis.integration import Target
 
 from .options import TransportOptions, client_target, runner_options
 
@@ -53,7 +52,7 @@ def _make(app: Any) -> tasks.TaskStats | None:
         raw = connection.transport_options or {}
         if not tasks.enabled(TransportOptions.parse(raw).task_stats):
             return None
-        runner = Target(client_target(connection)).with_options(runner_options(raw)).runner()
+        runner = client_target(connection).with_options(runner_options(raw)).runner()
         return tasks.task_stats(runner)
     except Exception:  # noqa: BLE001 - statistics never stop a task
         return None

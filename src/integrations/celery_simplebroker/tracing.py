@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from simplebroker_redis.integration import TRACE_FIELDS, TaskSpans, opentelemetry
+from simplebroker_redis.tracing import TRACE_FIELDS, TaskSpans, opentelemetry
 
 opentelemetry(__name__)  # fail at import, naming the extra, as any missing dependency does
 

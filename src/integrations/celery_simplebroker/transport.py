@@ -32,8 +32,6 @@ import redis
 from kombu.transport import virtual
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis.integration import Target
-
 from . import acks
 from .bindings import Declarations
 from .channel import Channel
@@ -93,8 +91,9 @@ class Transport(virtual.Transport):
         raw_options: Mapping[str, Any] = client.transport_options or {}
         self.options = TransportOptions.parse(raw_options)
         warn_unknown_options("broker_transport_options", raw_options, TRANSPORT_OPTIONS)
-        self.target = client_target(client)
-        self.runner = Target(self.target).with_options(runner_options(raw_options)).runner()
+        server = client_target(client)
+        self.target = server.target
+        self.runner = server.with_options(runner_options(raw_options)).runner()
         self.declared = Declarations(self.runner)
         self.store = Store(self.runner, self.options, on_beat=self._refresh_bindings)
         self.poller = Poller(

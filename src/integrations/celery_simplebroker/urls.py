@@ -33,7 +33,7 @@ from typing import Any, Final
 from celery import current_app
 from celery._state import connect_on_app_finalize
 
-from simplebroker_redis.options import InvalidTarget, parse_target, redact_target
+from simplebroker_redis.targets import InvalidTarget, parse_target, redact_target
 
 from .options import ConfigurationError
 
@@ -61,7 +61,8 @@ def _urls(value: Any) -> Iterator[str]:
 def celery_target(setting: str, url: str) -> str | None:
     """Return the backend target of a ``simplebroker+<target>`` URL (None for other URLs).
 
-    ``simplebroker://`` (the server from ``$SIMPLEBROKER_REDIS_URL``) also gives None.
+    ``simplebroker://`` (the server from ``$SIMPLEBROKER_REDIS_URL``, else the
+    project's ``.broker.toml``: :mod:`simplebroker_redis.server`) also gives None.
 
     Raises:
         ConfigurationError: ``url`` names this package but is malformed.
@@ -82,7 +83,7 @@ def celery_target(setting: str, url: str) -> str | None:
     raise ConfigurationError(
         f"{setting}: {redact_target(url)!r} is not simplebroker+<target> "
         "(simplebroker+redis://host:port/db) nor simplebroker:// (the server in "
-        "$SIMPLEBROKER_REDIS_URL)"
+        "$SIMPLEBROKER_REDIS_URL, else the project's .broker.toml)"
     )
 
 

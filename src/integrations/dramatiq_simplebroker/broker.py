@@ -37,7 +37,7 @@ from dramatiq.middleware import Middleware
 from simplebroker_redis import RedisRunner
 from simplebroker_redis.activity import close_idle_listeners
 from simplebroker_redis.codec import encode_body
-from simplebroker_redis.integration import Target
+from simplebroker_redis.server import Target
 
 from .config import (
     DEFAULT_DEAD_MESSAGE_TTL,

@@ -1,11 +1,12 @@
 """The broker's settings: where it connects, its lease timing, dead letters, priorities.
 
-Where the broker connects, in this order (as every integration of this
-package decides it):
+Where the broker connects, in this order (the rule of
+:mod:`simplebroker_redis.server`, which the tools and every integration
+follow):
 
 1. ``url``: a backend target (``redis://``, ``rediss://``,
    ``redis+sentinel://``, ``redis+cluster://``; the grammar of
-   :func:`simplebroker_redis.options.parse_target`), also written
+   :func:`simplebroker_redis.targets.parse_target`), also written
    ``simplebroker+redis://...`` as Celery's settings spell it;
 2. ``$SIMPLEBROKER_REDIS_URL``;
 3. the SimpleBroker project of the working directory, found as the
@@ -20,19 +21,14 @@ package decides it):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from simplebroker_redis import queue_names
-from simplebroker_redis.integration import LeaseTiming, Target, TimingError, lease_timing
-from simplebroker_redis.observe import TargetError, find_target
-from simplebroker_redis.options import BackendOptions, InvalidTarget, parse_target
+from simplebroker_redis.lease_timing import LeaseTiming, TimingError, lease_timing
 from simplebroker_redis.priorities import priority_queue
-
-#: Environment variable naming the server when no ``url`` is given.
-URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
+from simplebroker_redis.server import Target, TargetError, choose_server
 
 #: The prefix Celery-style settings put before a backend target.
 SCHEME_PREFIX: Final[str] = "simplebroker+"
@@ -77,24 +73,14 @@ def choose_target(
             option is malformed, or the project's backend is not ``redis``.
 
     """
-    options = dict(backend_options or {})
+    if url is not None and url.startswith(SCHEME_PREFIX):
+        url = url[len(SCHEME_PREFIX) :]
     try:
-        if url is not None:
-            if url.startswith(SCHEME_PREFIX):
-                url = url[len(SCHEME_PREFIX) :]
-            parse_target(url)
-            found = Target(url, options, "url")
-        elif os.environ.get(URL_ENV):
-            found = Target(os.environ[URL_ENV], options, f"${URL_ENV}")
-        else:
-            found = find_target(None, options=options)
-        found = found.with_options({"namespace": namespace})
-        BackendOptions.parse(found.options)
-    except (InvalidTarget, TargetError) as exc:
+        return choose_server(url, namespace=namespace, options=backend_options)
+    except TargetError as exc:
         raise ConfigurationError(str(exc)) from None
     except (TypeError, ValueError) as exc:  # SimpleBroker's InvalidConfigError is a ValueError
         raise ConfigurationError(f"backend option: {exc}") from None
-    return found
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -7,7 +7,7 @@ message's options, which travel inside the stored message. A worker
 extracts it and runs the actor in a ``CONSUMER`` span (``<actor> process``)
 whose parent is the sender's, so one trace runs from ``send()`` through
 the worker, across processes and machines. The spans are the ones every
-integration of this package makes (:class:`~simplebroker_redis.integration.TaskSpans`).
+integration of this package makes (:class:`~simplebroker_redis.tracing.TaskSpans`).
 
 Only ``opentelemetry-api`` is needed; without an SDK configured its tracer
 does nothing. Nothing else in the package imports OpenTelemetry, so an
@@ -23,7 +23,7 @@ from typing import Any
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware
 
-from simplebroker_redis.integration import TRACE_FIELDS, TaskSpans, opentelemetry
+from simplebroker_redis.tracing import TRACE_FIELDS, TaskSpans, opentelemetry
 
 opentelemetry(__name__)  # fail at import, naming the extra, as any missing dependency does
 

@@ -28,8 +28,9 @@ from simplebroker.ext import InvalidConfigError
 
 from simplebroker_redis import DEFAULT_NAMESPACE, BackendOptions
 from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
-from simplebroker_redis.integration import LeaseTiming, TimingError, lease_timing
-from simplebroker_redis.options import OPTION_NAMES, parse_target, redact_target
+from simplebroker_redis.lease_timing import LeaseTiming, TimingError, lease_timing
+from simplebroker_redis.options import OPTION_NAMES
+from simplebroker_redis.targets import parse_target, redact_target
 
 from .names import validate_prefix
 

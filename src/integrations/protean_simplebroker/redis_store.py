@@ -34,8 +34,8 @@ from simplebroker_redis.calls.journal import JOURNAL_START
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.errors import transient
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
-from simplebroker_redis.integration import Target
 from simplebroker_redis.retry import BACKOFF_MAX, BACKOFF_MIN
+from simplebroker_redis.server import Target
 
 from .config import Settings
 from .names import Layout, Parsed

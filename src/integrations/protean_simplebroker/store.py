@@ -26,9 +26,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from simplebroker import BrokerTarget, QueueStats, open_broker, resolve_config
+from simplebroker import BrokerTarget, QueueStats, open_broker
 from simplebroker.ext import BrokerConnection
 
+from simplebroker_redis.server import environment_config
 from simplebroker_redis.tasks import TaskStats
 from simplebroker_redis.validation import message_size_limit
 
@@ -71,7 +72,7 @@ class Store(ABC):
         self.layout = layout
         #: SimpleBroker's configuration from the environment (BROKER_*), as
         #: its CLI reads it, so limits agree with what ``broker`` enforces.
-        self.config = resolve_config(env=os.environ)
+        self.config = environment_config()
         self.max_message_size = message_size_limit(self.config)
         #: Deliveries after which a copy is dead-lettered (None: never); the
         #: broker may change it (Protean's ``_max_retries``).

@@ -10,9 +10,10 @@ and dead-letter tasks that were delivered too often or rejected. See
 
 from importlib.metadata import version as _version
 
+from simplebroker_redis.server import URL_ENV
+
 from .broker import SimpleBrokerTaskiqBroker
 from .codec import decode_body, encode_body
-from .connection import URL_ENV
 from .errors import (
     ConfigurationError,
     DeadLetteredError,

@@ -22,7 +22,7 @@ from taskiq.message import BrokerMessage
 
 from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
-from simplebroker_redis.integration import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
+from simplebroker_redis.lease_timing import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.types import DeadLetterEntry
 

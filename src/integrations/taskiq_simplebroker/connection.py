@@ -4,17 +4,11 @@ The broker, the result backend and the schedule source each build their
 :class:`~simplebroker_redis.aio.AsyncRedisRunner` here (or share one passed
 as ``runner=``), so none of them imports another for it.
 
-Without ``url`` or ``runner`` the server is, in this order:
-
-1. ``$SIMPLEBROKER_REDIS_URL`` (with the default namespace), else
-2. the SimpleBroker project of the working directory, found exactly as the
-   ``broker`` command finds it (a ``.broker.toml`` in this directory or
-   above, else ``BROKER_BACKEND=redis`` with ``BROKER_BACKEND_TARGET``): its
-   target and its ``[backend_options]`` (namespace, pool size, pool
-   timeout), so workers and ``broker peek`` see the same queues.
-
-An explicit ``url`` never reads the project file, so what a process
-connects to does not depend on its working directory. An explicit
+Without ``url`` or ``runner`` the server is ``$SIMPLEBROKER_REDIS_URL``
+(with the default namespace), else the SimpleBroker project of the working
+directory, found exactly as the ``broker`` command finds it: the rule of
+:mod:`simplebroker_redis.server`, which the tools and every integration
+follow. An explicit ``url`` never reads the project file; an explicit
 ``namespace=`` wins over the project's. ``BROKER_BACKEND_PASSWORD`` is used
 whenever the URL has no password.
 """
@@ -24,34 +18,22 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Final, TypedDict
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from simplebroker import Config, resolve_config
+from simplebroker import Config
 from simplebroker.ext import BrokerError, InvalidConfigError
-from simplebroker.project import resolve_broker_target
 
+from simplebroker_redis import server as server_rule
 from simplebroker_redis.aio import AsyncRedisRunner
-from simplebroker_redis.integration import Target
-from simplebroker_redis.options import (
-    DEFAULT_MAX_CONNECTIONS,
-    OPTION_NAMES,
-    QUERY_OPTIONS,
-    TLS_QUERY_OPTIONS,
-    BackendOptions,
-    InvalidTarget,
-    parse_target,
-)
+from simplebroker_redis.options import DEFAULT_MAX_CONNECTIONS, BackendOptions
+from simplebroker_redis.server import Target, TargetError
+from simplebroker_redis.target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS
 
 from .errors import ConfigurationError
 
 logger = logging.getLogger("taskiq_simplebroker")
-
-#: Environment variable naming the server when no ``url`` is given.
-URL_ENV: Final[str] = "SIMPLEBROKER_REDIS_URL"
 
 #: redis-py connection options accepted as extra keyword arguments (as
 #: taskiq-redis passes ``**connection_kwargs``). They travel in the URL's
@@ -88,47 +70,19 @@ def choose_server(url: str | None) -> Target:
 
     Raises:
         ConfigurationError: Nothing names a server, the project's broker is
-            not a Redis one, or its config is invalid.
+            not a Redis one, its config is invalid, or the target is malformed.
 
     """
-    if url is not None:
-        return Target(url)
-    env = os.environ.get(URL_ENV)
-    if env:
-        return Target(env, source=f"${URL_ENV}")
-    here = Path.cwd()
     try:
-        target = resolve_broker_target(here, config=environment_config())
-    except (BrokerError, OSError, ValueError) as exc:
-        raise ConfigurationError(f"cannot read the SimpleBroker project config: {exc}") from exc
-    found = "" if target is None else f" (found SimpleBroker backend {target.backend_name!r})"
-    if target is None or (target.backend_name == "sqlite" and target.config_path is None):
-        raise ConfigurationError(
-            f"no server configured: pass url=... or runner=..., set ${URL_ENV}, or add "
-            f'a .broker.toml with backend = "redis" to {here} or a directory above{found}'
-        )
-    where = str(target.config_path or "BROKER_BACKEND")
-    if target.backend_name != "redis":
-        raise ConfigurationError(
-            f"{where} selects SimpleBroker backend {target.backend_name!r}; the Taskiq "
-            'integration needs backend = "redis"'
-        )
-    options = {
-        name: target.backend_options[name]
-        for name in OPTION_NAMES
-        if name in target.backend_options
-    }
-    return Target(target.target, options, where)
+        return server_rule.choose_server(url, asked="url=... or runner=...")
+    except (TargetError, BrokerError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def environment_config() -> Config:
-    """Return SimpleBroker's config from the environment (``BROKER_*``), as its CLI reads it.
-
-    ``resolve_config()`` without ``env`` ignores the environment, so a runner
-    given no config would never see ``BROKER_BACKEND_PASSWORD``.
-    """
+    """Return SimpleBroker's config from the environment (``BROKER_*``), as its CLI reads it."""
     try:
-        return resolve_config(env=os.environ)
+        return server_rule.environment_config()
     except (BrokerError, ValueError) as exc:
         raise ConfigurationError(f"invalid SimpleBroker setting in the environment: {exc}") from exc
 
@@ -326,20 +280,16 @@ def make_runner(
         return runner
     options = {"namespace": namespace, "max_connections": max_connections, **given}
     check_options(options)
-    server = choose_server(url)
-    try:
-        # The target as given, before options are added to it: a malformed
-        # one is refused here, with the grammar's message.
-        parse_target(server.target)
-    except InvalidTarget as exc:
-        raise ConfigurationError(f"{server.source}: {exc}") from None
-    target = with_connection_options(server.target, connection_options)
-    defaults = {"max_connections": default_max_connections, **server.options}
-    made = Target(target, defaults, server.source).with_options(options)
+    # The target as given is checked there, before options are added to it: a
+    # malformed one is refused with the grammar's message.
+    chosen = choose_server(url)
+    target = with_connection_options(chosen.target, connection_options)
+    defaults = {"max_connections": default_max_connections, **chosen.options}
+    made = Target(target, defaults, chosen.source).with_options(options)
     try:
         return made.async_runner(environment_config())
     except (BrokerError, ValueError) as exc:
-        raise ConfigurationError(f"{server.source}: {exc}") from exc
+        raise ConfigurationError(f"{chosen.source}: {exc}") from exc
 
 
 def check_options(options: Mapping[str, Any]) -> None:

@@ -33,7 +33,13 @@ __all__ = [
 
 
 class SimpleBrokerTaskiqError(TaskiqError, BrokerError):
-    """Base class of this package's errors (a Taskiq and a SimpleBroker error)."""
+    """Base class of this package's errors (a Taskiq and a SimpleBroker error).
+
+    Every subclass declares its own ``__init__(detail)``: Taskiq's errors are
+    dataclass-like (``dataclass_transform``), so a type checker gives a
+    subclass without one a keyword-only ``__init__`` of its fields, and
+    ``ConfigurationError("...")`` would not type-check.
+    """
 
     __template__ = "{detail}"
     detail: str
@@ -45,7 +51,6 @@ class SimpleBrokerTaskiqError(TaskiqError, BrokerError):
 class ConfigurationError(SimpleBrokerTaskiqError, ValueError):
     """An option of the broker, result backend or schedule source is invalid."""
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -59,7 +64,6 @@ class LabelError(ConfigurationError, SendTaskError):
     ``SendTaskError``, so code catching that keeps working.
     """
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -72,7 +76,6 @@ class MessageTooLargeError(SimpleBrokerTaskiqError, SendTaskError, MessageError)
     the sizes and the setting in its message.
     """
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -80,7 +83,6 @@ class MessageTooLargeError(SimpleBrokerTaskiqError, SendTaskError, MessageError)
 class ResultIsMissingError(SimpleBrokerTaskiqError, ResultGetError):
     """No result is stored for the task (not finished, expired, or consumed)."""
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -88,7 +90,6 @@ class ResultIsMissingError(SimpleBrokerTaskiqError, ResultGetError):
 class ScheduleError(SimpleBrokerTaskiqError, ValueError):
     """A schedule cannot be stored (for example an unparsable cron expression)."""
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -96,7 +97,6 @@ class ScheduleError(SimpleBrokerTaskiqError, ValueError):
 class EvictionPolicyError(ConfigurationError):
     """The server may evict the namespace's keys (``maxmemory-policy allkeys-*``)."""
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
 
@@ -104,7 +104,6 @@ class EvictionPolicyError(ConfigurationError):
 class DeadLetteredError(SimpleBrokerTaskiqError):
     """The task went to the dead-letter queue without finishing (its error result)."""
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     # One positional argument, so Taskiq rebuilds it from a stored result.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -131,7 +130,6 @@ class TaskOutcomeUnknown(SimpleBrokerTaskiqError, OutcomeUnknown):
     broker's ``dedupe_seconds`` never stores a second copy.
     """
 
-    # Taskiq errors are dataclass-like: each class declares its own __init__.
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.task_id = ""

@@ -37,7 +37,7 @@ from typing import Any
 from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
-from simplebroker_redis.integration import LeaseTiming
+from simplebroker_redis.lease_timing import LeaseTiming
 from simplebroker_redis.priorities import priority_queue
 from simplebroker_redis.types import DeadLetterEntry
 

@@ -21,7 +21,7 @@ from taskiq.abc.middleware import TaskiqMiddleware
 from taskiq.message import TaskiqMessage
 from taskiq.result import TaskiqResult
 
-from simplebroker_redis.integration import TRACE_FIELDS, TaskSpans, opentelemetry
+from simplebroker_redis.tracing import TRACE_FIELDS, TaskSpans, opentelemetry
 
 opentelemetry(__name__)  # fail at import, naming the extra, as any missing dependency does
 

@@ -135,7 +135,7 @@ class CoreBase:
         """Count committed messages; every AUTO_VACUUM_INTERVAL ask for maintenance.
 
         The request rides on the next write, claim or reservation of this
-        runner (see ``maintain()`` in ``lua/_lib.lua``), so automatic
+        runner (see ``maintain()`` in ``lua/lib/upkeep.lua``), so automatic
         maintenance costs no round trip of its own and never loops over
         queues on the client.
         """

@@ -50,11 +50,12 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..aio.runner import AsyncRedisRunner
-from ..calls.operations import MAX_INSPECT, inspect
-from ..calls.tasks import task_stats_read
-from ..tasks.summary import names_table, series
-from ..validation import validate_queue_name
+from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis.calls.operations import MAX_INSPECT, inspect
+from simplebroker_redis.calls.tasks import task_stats_read
+from simplebroker_redis.validation import validate_queue_name
+
+from ..task_summary import names_table, series
 from .access import COOKIE, Access
 from .actions import perform, queue_json
 from .live import LiveState, read_state, state_json
@@ -72,7 +73,7 @@ MAX_MINUTES: Final[int] = 480
 #: Longest task id a search takes.
 MAX_QUERY: Final[int] = 256
 
-STATIC = resources.files("simplebroker_redis") / "dashboard" / "static"
+STATIC = resources.files("simplebroker_redis") / "ops" / "dashboard" / "static"
 
 Handler = Callable[[Request], Awaitable[Response]]
 

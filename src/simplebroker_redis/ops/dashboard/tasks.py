@@ -20,14 +20,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..aio.runner import AsyncRedisRunner
-from ..calls import peek, running
-from ..calls.operations import inspect
-from ..calls.tasks import task_find
+from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis.calls import peek, running
+from simplebroker_redis.calls.operations import inspect
+from simplebroker_redis.calls.tasks import task_find
+from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.tasks.formats import (
+    Lookups,
+    TaskFormat,
+    TaskInfo,
+    TaskOutcome,
+    task_formats,
+)
+from simplebroker_redis.types import TaskLocation, TaskLookup
+
 from ..observe import NamespaceState
-from ..queue_names import shown_queue
-from ..tasks.formats import Lookups, TaskFormat, TaskInfo, TaskOutcome, task_formats
-from ..types import TaskLocation, TaskLookup
 
 #: Most tasks in flight a view lists (the count says how many there are).
 RUNNING_SHOWN: Final[int] = 200

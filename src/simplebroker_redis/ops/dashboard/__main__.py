@@ -10,8 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from ..observe import async_runner
-from ..opscli import log_to_stderr, tool_parser, tool_target
+from ..cli import log_to_stderr, tool_parser, tool_target
 from .access import parse_basic
 
 #: Environment variable that may hold the token instead of ``--token``.
@@ -108,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log_to_stderr()
     app = create_app(
-        async_runner(target), allow_actions=args.allow_actions, token=token, basic=basic
+        target.async_runner(), allow_actions=args.allow_actions, token=token, basic=basic
     )
     # Event streams never end by themselves: give open pages 3 s, then close them.
     config = uvicorn.Config(

@@ -1,6 +1,6 @@
 """Fixtures binding kombu's integration tests to one transport (``$PEER_TRANSPORT``).
 
-``peer/kombu/run.py`` copies this directory next to kombu's ``t/`` (from
+``peer_suites/kombu/run.py`` copies this directory next to kombu's ``t/`` (from
 its sdist or a checkout) and runs it twice on one server it started: once
 with kombu's own ``redis://`` transport, once with ``simplebroker+redis://``.
 The fixtures are the ones kombu's ``t/integration/test_redis.py`` and

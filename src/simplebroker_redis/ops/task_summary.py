@@ -1,7 +1,7 @@
 """Task statistics read back: per-minute series and per-name summaries.
 
 The dashboard's charts and table and the exporter's metrics read the same
-records (``task_stats_read.lua``, :mod:`..taskrecord`); this module turns
+records (``task_stats_read.lua``, :mod:`simplebroker_redis.taskrecord`); this module turns
 a page of them into what each shows. Percentiles are those of the
 histogram buckets (at most 19 % above the true value).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from ..taskrecord import EVENTS, TaskRecord, combined
-from ..types import TaskStatsPage
+from simplebroker_redis.taskrecord import EVENTS, TaskRecord, combined
+from simplebroker_redis.types import TaskStatsPage
 
 #: The percentiles shown and exported.
 QUANTILES: Final[tuple[tuple[str, float], ...]] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))

@@ -3,7 +3,7 @@
 Each asks what a client can see (which messages wait in a queue, which are
 dead-lettered) through :func:`waiting` and :func:`dead`, which read
 RedisBroker's keys on the ``redis`` side and the SimpleBroker queues on
-ours; the tests themselves are the same on both sides. ``peer/dramatiq/run.py``
+ours; the tests themselves are the same on both sides. ``peer_suites/dramatiq/run.py``
 copies this file into Dramatiq's ``tests/`` (it uses their fixtures).
 """
 

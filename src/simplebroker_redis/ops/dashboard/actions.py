@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aio.runner import AsyncRedisRunner
-from ..calls import delete_ids, delete_queues
-from ..calls.operations import dead_letter_requeue
-from ..queue_names import shown_queue
-from ..types import QueueView
-from ..validation import validate_queue_name
+from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis.calls import delete_ids, delete_queues
+from simplebroker_redis.calls.operations import dead_letter_requeue
+from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.types import QueueView
+from simplebroker_redis.validation import validate_queue_name
 
 
 async def perform(

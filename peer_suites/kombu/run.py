@@ -1,6 +1,6 @@
 """Run kombu's own integration tests on ``redis://`` and on ``simplebroker+redis://``.
 
-``make peer-tests-kombu`` (or ``python peer/kombu/run.py [--kombu SOURCE]``):
+``make peer-tests-kombu`` (or ``python peer_suites/kombu/run.py [--kombu SOURCE]``):
 
 1. takes kombu's ``t/`` from SOURCE: a kombu sdist (``.tar.gz``), an
    unpacked source tree, or a git directory (``--rev``, default the tag of
@@ -9,7 +9,7 @@
    kept in ``.peer/``);
 2. starts one server of its own (the bundled Valkey, or
    ``$SIMPLEBROKER_REDIS_SERVER``);
-3. runs ``peer/kombu/bound/`` (kombu's test classes bound to a transport)
+3. runs ``peer_suites/kombu/bound/`` (kombu's test classes bound to a transport)
    once with kombu's Redis transport and once with ours, on that server;
 4. prints the outcome of every test side by side, and exits 1 when a test
    that passed on ``redis://`` did not pass on ours, unless

@@ -1,6 +1,6 @@
 """Run Dramatiq's own tests on its ``RedisBroker`` and on ours, side by side.
 
-``make peer-tests-dramatiq`` (or ``python peer/dramatiq/run.py [--dramatiq SOURCE]``):
+``make peer-tests-dramatiq`` (or ``python peer_suites/dramatiq/run.py [--dramatiq SOURCE]``):
 
 1. takes Dramatiq's ``tests/`` from SOURCE: a git directory (``fetch
    github:Bogdanp/dramatiq``; ``--rev``, default the tag ``v<installed
@@ -8,7 +8,7 @@
    lacks ``tests/conftest.py`` and ``tests/common.py``, so a source tree or
    git directory is needed; without SOURCE, ``.peer/dramatiq`` is cloned
    from GitHub once;
-2. appends ``peer/dramatiq/shim.py`` to the extracted ``tests/conftest.py``:
+2. appends ``peer_suites/dramatiq/shim.py`` to the extracted ``tests/conftest.py``:
    every broker fixture (``stub_broker``, ``redis_broker``) and result
    backend fixture becomes the broker under test on the runner's server,
    so Dramatiq's tests of actors, workers, middleware, results and
@@ -126,7 +126,7 @@ def prepare(tree: Path) -> None:
 #: libmemcached to build; this stand-in reaches no server, so the memcached
 #: tests skip on both sides exactly as they do on a machine without memcached.
 PYLIBMC_STAND_IN = '''\
-"""Stand-in for pylibmc: no memcached here (peer/dramatiq/run.py)."""
+"""Stand-in for pylibmc: no memcached here (peer_suites/dramatiq/run.py)."""
 
 
 class SomeErrors(Exception):

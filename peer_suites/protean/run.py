@@ -1,6 +1,6 @@
 """Run Protean's own broker tests on this project's provider, Redis and SQLite.
 
-``make peer-tests-protean`` (or ``python peer/protean/run.py [--protean SOURCE]``):
+``make peer-tests-protean`` (or ``python peer_suites/protean/run.py [--protean SOURCE]``):
 
 1. takes Protean's ``tests/`` from SOURCE: a Protean sdist (``.tar.gz``),
    an unpacked source tree, or a git directory (``fetch
@@ -8,7 +8,7 @@
    without it, the sdist of the installed Protean version (``pip download
    --no-binary :all: --no-deps protean==<version>``, kept in ``.peer/``),
    whose tests match the installed code;
-2. appends ``peer/protean/shim.py`` to the extracted ``tests/conftest.py``
+2. appends ``peer_suites/protean/shim.py`` to the extracted ``tests/conftest.py``
    (the ``broker_config`` fixture gains this provider and points
    Protean's ``redis`` provider at the runner's server);
 3. starts one server of its own (the bundled Valkey, or
@@ -130,7 +130,7 @@ def protean_tests(source: str | None, rev: str | None, into: Path) -> Path:
             shutil.move(into / root / name, into / name)
         shutil.rmtree(into / root)
     with (into / "tests" / "conftest.py").open("a", encoding="utf-8") as conftest:
-        conftest.write("\n\n# ---- appended by simplebroker-redis peer/protean/run.py ----\n")
+        conftest.write("\n\n# ---- appended by simplebroker-redis peer_suites/protean/run.py ---\n")
         conftest.write((HERE / "shim.py").read_text(encoding="utf-8"))
     return into
 
