@@ -5,8 +5,9 @@
 - ``recover`` spares the tokens it is told the caller holds.
 - ``renewal`` returns the server's time, from which ``Holdings`` knows each
   lease's deadline; ``Holdings.standing`` turns EXPIRED once the server's
-  time (as estimated here, never behind it) passes it, LOST once the token
-  is no longer held.
+  time (as estimated here, never behind it) passes it, LOST only when a
+  renewal found the token taken over, LET_GO once this process settled or
+  handed back every message of it (however the server answers since).
 - A heartbeat cut off from the server for longer than the lease keeps its
   process's reservations: at the heal it renews them, recovers none of
   them, and reports none lost.
@@ -127,7 +128,7 @@ def test_renewal_gives_the_deadline_and_standing_follows_it(broker, runner):
     # The estimate is never behind the server: the server agrees it ran out.
     assert _server_ns(runner) >= holdings.deadline_ns(lease.token)
     holdings.let_go(lease.token)
-    assert holdings.standing(lease.token) is Standing.LOST
+    assert holdings.standing(lease.token) is Standing.LET_GO
 
 
 def test_the_server_clock_estimate_is_never_behind_the_server(runner):
@@ -151,9 +152,62 @@ def test_a_settling_token_found_gone_is_not_lost():
     holdings.settling("t")
     assert not holdings.busy()
     assert holdings.drop_lost(["t"]) == set()
+    assert holdings.standing("t") is Standing.LET_GO
     holdings.hold("u", 2)
     holdings.settling("u")
     assert holdings.drop_lost(["u"]) == {"u"}
+    assert holdings.standing("u") is Standing.LOST
+
+
+def test_only_a_token_taken_over_reads_lost(broker, runner):
+    """LOST means another worker took it; what this process let go of never reads so (issue 42).
+
+    An event loop checks its delivered tasks while other threads settle
+    them: a token whose last message was just acknowledged, handed back
+    or settled by a result's script is gone here and, a moment later, on
+    the server too; neither makes it a takeover.
+    """
+    leases = Leases(runner)
+    holdings = Holdings()
+    for body in "abc":
+        broker.write("jobs", body)
+    acked, handed_back, taken = (
+        leases.reserve("jobs", 1, 30, holder=holdings.holder) for _ in range(3)
+    )
+    for lease in (acked, handed_back, taken):
+        holdings.hold(lease.token, 1, lease.deadline_ns)
+    holdings.settling(acked.token)
+    assert leases.ack(acked.token, None, delete=True).settled == 1
+    assert holdings.standing(acked.token) is Standing.HELD  # until its settlement is over
+    holdings.settled(acked.token)
+    holdings.let_go(handed_back.token)
+    leases.release(handed_back.token)
+    leases.release(taken.token)  # as a recovery elsewhere would: this process still holds it
+    gone = leases.renew([acked.token, handed_back.token, taken.token])
+    assert gone == {acked.token, handed_back.token, taken.token}  # the server knows none of them
+    assert holdings.drop_lost(gone) == {taken.token}
+    assert holdings.standing(acked.token) is Standing.LET_GO
+    assert holdings.standing(handed_back.token) is Standing.LET_GO
+    assert holdings.standing(taken.token) is Standing.LOST
+    assert holdings.standing("never-held") is Standing.LET_GO
+
+
+def test_a_settled_message_stops_counting_as_settling():
+    """The rest of a token, not being settled, is still reported lost when it is taken over."""
+    holdings = Holdings()
+    holdings.hold("t", 2)  # one message acknowledged, the other still prefetched
+    holdings.settling("t")
+    holdings.settled("t")
+    assert holdings.holds("t") and holdings.busy()
+    assert holdings.drop_lost(["t"]) == {"t"}
+    holdings.hold("u", 2)
+    holdings.settling("u")
+    holdings.unsettle("u")  # the acknowledgement failed: both are held as before
+    assert holdings.drop_lost(["u"]) == {"u"}
+    holdings.hold("v", 1)
+    holdings.settling("v")
+    assert holdings.settled("v") and not holdings.holds("v")
+    assert not holdings.settled("v")
 
 
 @pytest.fixture

@@ -19,12 +19,26 @@ The API the integrations use (Taskiq, Protean, and Celery's transport):
   ``holdings.clock.observe(lease.created_ns, sent, received)``;
 - :meth:`Holdings.standing` before starting a task: ``HELD`` start it,
   ``EXPIRED`` hand it back (``release``, its delivery taken back: it never
-  ran), ``LOST`` drop it (another worker has it now);
-- :meth:`Holdings.settling` when a message's acknowledgement is sent, and
-  :meth:`Holdings.let_go` once it is settled (or handed back): the token
-  stays held, renewed and spared by this worker's recovery, until the
-  acknowledgement lands (a partition may hold it up for longer than the
-  lease).
+  ran), ``LOST`` drop it (another worker has it now), ``LET_GO`` drop it
+  (this process settled or handed back every message of it);
+- :meth:`Holdings.settling` when a message's settlement (acknowledgement,
+  rejection) is sent, and :meth:`Holdings.settled` once it landed (or
+  failed for good; :meth:`Holdings.unsettle` when it did not happen and
+  the message stays held): the token stays held, renewed and spared by
+  this worker's recovery, until the settlement lands (a partition may hold
+  it up for longer than the lease), and a renewal that finds it gone
+  because the settlement landed does not report it lost;
+- :meth:`Holdings.let_go` for messages given up without a settlement
+  that waits for the token (handed back, or settled by a script whose
+  outcome its caller tracks).
+
+``LOST`` means one thing: the server dropped a token while this process
+still held messages of it that it was not settling, i.e. its lease ran
+out and another worker recovered it. A token this process let go of,
+however recently, and whatever the server says about it since, reads
+``LET_GO``: an event loop that checks its delivered tasks while another
+thread settles them must not take its own settlements for a takeover
+(issue 42: a healthy Celery worker restarted its consumer so).
 """
 
 from __future__ import annotations
@@ -40,6 +54,10 @@ from .calls import new_holder
 #: Seconds an estimate of the server's clock is trusted before a newer
 #: reply replaces it even with a longer round trip (clocks drift apart).
 CLOCK_FRESH_SECONDS: Final[float] = 60.0
+
+#: Lost tokens remembered (the oldest are forgotten first): far more than a
+#: process holds between two checks of what it delivered.
+LOST_REMEMBERED: Final[int] = 4096
 
 
 class ServerClock:
@@ -92,9 +110,13 @@ class Standing(enum.Enum):
     #: Held here, but its lease's known deadline passed: another worker may
     #: have it now. Do not start it; hand it back (it never ran).
     EXPIRED = "expired"
-    #: Not held here any more: settled, handed back, or lost (the heartbeat
-    #: found its token gone: another worker recovered it).
+    #: Taken over: a renewal found the token gone while this process still
+    #: held messages of it that it was not settling (its lease ran out and
+    #: another worker recovered it). Do not start it: it may run there.
     LOST = "lost"
+    #: Not held here any more because this process settled or handed back
+    #: every message of it (or never held it): nothing to start, nothing lost.
+    LET_GO = "let go"
 
 
 class Holdings:
@@ -112,6 +134,7 @@ class Holdings:
         self._open: dict[str, int] = {}
         self._settling: dict[str, int] = {}  #: of those, acknowledgements under way
         self._deadlines: dict[str, int] = {}
+        self._lost: dict[str, None] = {}  #: tokens found taken over, oldest first
         self.holder = holder or new_holder()
         self.clock = ServerClock()
 
@@ -135,31 +158,56 @@ class Holdings:
                     self._deadlines[token] = deadline_ns
 
     def settling(self, token: str, count: int = 1) -> None:
-        """Note that the acknowledgement of ``count`` held messages of ``token`` is under way.
+        """Note that the settlement of ``count`` held messages of ``token`` is under way.
 
-        They stay held (renewed) until :meth:`let_go`; a renewal that finds
-        the token gone meanwhile does not report it lost if only such
-        messages were left (:meth:`drop_lost`), and :meth:`busy` does not
-        count them.
+        They stay held (renewed) until :meth:`settled` (or :meth:`unsettle`);
+        a renewal that finds the token gone meanwhile does not report it
+        lost if only such messages were left (:meth:`drop_lost`), and
+        :meth:`busy` does not count them.
         """
         with self._lock:
             if token in self._open:
                 self._settling[token] = min(self._open[token], self._settling.get(token, 0) + count)
 
-    def let_go(self, token: str, count: int = 1) -> bool:
-        """Stop holding ``count`` messages of ``token``; False if it was not held."""
+    def settled(self, token: str, count: int = 1) -> bool:
+        """Stop holding ``count`` messages of ``token`` whose settlement (:meth:`settling`) is over.
+
+        It landed, or failed for good. False if the token was not held.
+        """
         with self._lock:
-            left = self._open.get(token)
-            if left is None:
+            if token not in self._open:
                 return False
-            if left <= count:
-                self._forget(token)
-            else:
-                self._open[token] = left - count
-                settling = self._settling.get(token, 0)
-                if settling > left - count:
-                    self._settling[token] = left - count
-            return True
+            self._settling[token] = max(0, self._settling.get(token, 0) - count)
+            return self._release(token, count)
+
+    def unsettle(self, token: str, count: int = 1) -> None:
+        """Note that the settlement of ``count`` messages of ``token`` failed; they stay held."""
+        with self._lock:
+            if token in self._settling:
+                self._settling[token] = max(0, self._settling[token] - count)
+
+    def let_go(self, token: str, count: int = 1) -> bool:
+        """Stop holding ``count`` messages of ``token`` not being settled; False if it was not held.
+
+        Handed back, or settled by a script whose outcome the caller tracks
+        itself. Messages being settled (:meth:`settling`) end with
+        :meth:`settled` instead, so that the rest stay counted as not.
+        """
+        with self._lock:
+            return self._release(token, count)
+
+    def _release(self, token: str, count: int) -> bool:
+        """Stop holding ``count`` messages of ``token`` (under the lock); False if not held."""
+        left = self._open.get(token)
+        if left is None:
+            return False
+        if left <= count:
+            self._forget(token)
+        else:
+            self._open[token] = left - count
+            if self._settling.get(token, 0) > left - count:
+                self._settling[token] = left - count
+        return True
 
     def _forget(self, token: str) -> bool:
         """Forget ``token`` entirely (under the lock); True if it was held."""
@@ -184,11 +232,13 @@ class Holdings:
         :attr:`clock` estimates it (never behind the server's): a process
         that was stopped, or cut off from the server, for longer than the
         lease finds its leases expired here even before the heartbeat could
-        ask the server.
+        ask the server. A token no longer held is ``LOST`` only when a
+        renewal found it taken over (:meth:`drop_lost`); one this process
+        let go of is ``LET_GO``, whatever the server says about it since.
         """
         with self._lock:
             if token not in self._open:
-                return Standing.LOST
+                return Standing.LOST if token in self._lost else Standing.LET_GO
             deadline = self._deadlines.get(token)
         if deadline is None:
             return Standing.HELD
@@ -198,15 +248,17 @@ class Holdings:
         return Standing.HELD
 
     def drop(self, tokens: Iterable[str]) -> set[str]:
-        """Stop holding ``tokens`` entirely; return those that were held."""
+        """Stop holding ``tokens`` entirely (handed back: not lost); return those that were held."""
         with self._lock:
             return {token for token in tokens if self._forget(token)}
 
     def drop_lost(self, tokens: Iterable[str]) -> set[str]:
         """Stop holding ``tokens`` a renewal found gone; return those really lost.
 
-        A token whose every remaining message was being acknowledged
-        (:meth:`settling`) went because its acknowledgement landed: not lost.
+        A token whose every remaining message was being settled
+        (:meth:`settling`) went because its settlement landed, and one no
+        longer held was let go here: neither is lost. The others read
+        ``LOST`` from now on (:meth:`standing`).
         """
         with self._lock:
             lost = set()
@@ -214,8 +266,15 @@ class Holdings:
                 held = self._open.get(token, 0)
                 if held > self._settling.get(token, 0):
                     lost.add(token)
+                    self._remember_lost(token)
                 self._forget(token)
             return lost
+
+    def _remember_lost(self, token: str) -> None:
+        """Record ``token`` as taken over (under the lock), forgetting the oldest past the cap."""
+        self._lost[token] = None
+        while len(self._lost) > LOST_REMEMBERED:
+            del self._lost[next(iter(self._lost))]
 
     def busy(self) -> bool:
         """Return whether any held message is neither acknowledged nor being acknowledged."""

@@ -327,6 +327,71 @@ def test_a_message_whose_lease_was_lost_is_not_started(dq_broker):
     consumer.close()
 
 
+#: What the broker logs only when a lease was lost (or taken for lost).
+LOST_ALARMS = (
+    "not started",
+    "after its lease expired",
+    "ran out before this process could renew",
+)
+
+
+def test_an_acknowledgement_racing_with_a_renewal_is_not_reported_as_a_lost_lease(
+    dq_broker, caplog
+):
+    """The heartbeat's renewal may run just after the server settled a token's last message."""
+    dq_broker.declare_queue("q")
+    dq_broker.enqueue(Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={}))
+    consumer = dq_broker.consume("q", prefetch=1, timeout=200)
+    message = next(consumer)
+    store = dq_broker.store
+    heartbeat = store.heartbeat
+    heartbeat.stop()  # this test runs the renewal itself, at the worst moment
+    leases = store.leases
+    ack = leases.ack
+
+    def ack_then_renew(*args, **kwargs):
+        settled = ack(*args, **kwargs)  # the server dropped the token
+        heartbeat._renew(leases)  # the heartbeat thread's turn, before ack() returns
+        return settled
+
+    leases.ack = ack_then_renew
+    with caplog.at_level("INFO", logger="dramatiq_simplebroker"):
+        consumer.ack(message)
+    assert not [alarm for alarm in LOST_ALARMS if alarm in caplog.text], caplog.text
+    consumer.close()
+
+
+def test_a_prefetched_message_starts_though_its_sibling_was_just_acknowledged(dq_broker):
+    """Two messages of one reservation: settling the first never makes the second look lost."""
+    dq_broker.declare_queue("q")
+    for _ in range(2):
+        dq_broker.enqueue(Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={}))
+    consumer = dq_broker.consume("q", prefetch=2, timeout=200)
+    first, second = next(consumer), next(consumer)
+    assert first.token == second.token
+    consumer.ack(first)
+    dq_broker.emit_before("process_message", second)  # the fence lets it start
+    consumer.ack(second)
+    consumer.close()
+
+
+def test_quick_tasks_on_worker_threads_never_report_a_lease_lost(dq_broker, make_worker, caplog):
+    """Worker threads settle while the heartbeat renews and the fence checks: no false alarm."""
+    done = []
+
+    @dramatiq.actor
+    def quick(n):
+        done.append(n)
+
+    with caplog.at_level("INFO", logger="dramatiq_simplebroker"):
+        for n in range(300):
+            quick.send(n)
+        make_worker(dq_broker, worker_threads=4)
+        wait_for(lambda: len(done) == 300, 60, "every message")
+    assert sorted(done) == list(range(300))
+    assert not [alarm for alarm in LOST_ALARMS if alarm in caplog.text], caplog.text
+
+
 def test_without_a_url_the_environment_then_the_project_config_name_the_server(
     redis_url, namespace, tmp_path, monkeypatch
 ):

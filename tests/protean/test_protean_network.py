@@ -7,6 +7,8 @@
   message twice.
 - A publish whose replies are cut off fails within its bound with
   ``OutcomeUnknown``; publishing the same message again stores it once.
+- A renewal that runs just after an acknowledgement landed does not report
+  the token lost: this consumer settled it, nobody took it over.
 """
 
 from __future__ import annotations
@@ -118,3 +120,30 @@ def test_a_publish_with_its_replies_cut_off_fails_in_bounds_and_is_stored_once(
     headers_id = message["metadata"]["headers"]["id"]
     assert sum(headers_id in body for body, _ in stored) == 1
     assert [str(i) for body, i in stored if headers_id in body] == [identifier]
+
+
+def test_an_acknowledgement_racing_with_a_renewal_is_not_reported_as_a_lost_lease(
+    broker, caplog
+):
+    """The heartbeat's renewal may run just after the server settled a token's last copy.
+
+    The token went because this consumer's acknowledgement landed: nothing
+    was taken over, and the heartbeat must not say so (nor count it lost).
+    """
+    broker.publish("race", {"n": 1})
+    [(identifier, _)] = broker.read("race", "g", 1)
+    store = broker.store
+    heartbeat = store.heartbeat
+    heartbeat.stop()  # this test runs the renewal itself, at the worst moment
+    leases = store.leases
+    ack = leases.ack
+
+    def ack_then_renew(*args, **kwargs):
+        settled = ack(*args, **kwargs)  # the server dropped the token
+        heartbeat._renew(leases)  # the heartbeat thread's turn, before ack() returns
+        return settled
+
+    leases.ack = ack_then_renew
+    with caplog.at_level("WARNING", logger="protean_simplebroker"):
+        assert broker.ack("race", identifier, "g")
+    assert "ran out before this process could renew" not in caplog.text

@@ -12,7 +12,10 @@ Workers reach the server through the suite's fault proxy
   with an error that says the task may be queued, and sending it again
   never stores it twice;
 - an idle worker behind a silent network: its subscription notices the
-  half-open connection, and it takes new work within seconds of the heal.
+  half-open connection, and it takes new work within seconds of the heal;
+- a token taken over after one of its tasks was acknowledged: the
+  acknowledged one no longer counts as being settled, so the loss is
+  reported and the prefetched one is not started under the lost lease.
 """
 
 from __future__ import annotations
@@ -171,3 +174,44 @@ async def test_an_idle_worker_notices_a_silent_network_and_resumes_soon_after_th
     await after.wait_result(check_interval=0.02, timeout=30)
     took = time.monotonic() - healed
     assert took < 4.0, f"resumed {took:.1f} s after the heal"
+
+
+async def test_a_prefetched_task_of_a_token_taken_over_after_a_sibling_was_acked_is_lost(
+    client, redis_url, namespace, caplog
+):
+    """A token's settled message stops counting as settling; the rest is lost when taken over.
+
+    Two tasks reserved under one token; the first is acknowledged, then
+    the token is taken over (released on the server, as another worker's
+    recovery of an expired lease would). The heartbeat reports it lost
+    (it held the second, not being settled), and the listener does not
+    start the second under the lost lease: it comes back under a new one.
+    """
+    from taskiq.acks import AckableMessage
+    from tqhelpers import make_broker
+
+    from simplebroker_redis import Leases
+
+    worker = make_broker(redis_url, namespace, prefetch=2)
+    for i in range(2):
+        await kiq(client, "add", i, i)
+    listener = worker.listen()
+    first = await asyncio.wait_for(anext(listener), 10)
+    assert isinstance(first, AckableMessage)
+    runtime = worker._runtimes[0]
+    [token] = runtime.holdings.tokens()
+    heartbeat = runtime.heartbeat
+    heartbeat.stop()  # this test renews at the moment it means to
+    await first.ack()
+    assert runtime.holdings.holds(token)  # the second, prefetched
+    leases = Leases(runtime.runner.sync)
+    leases.release(token)
+    with caplog.at_level("WARNING", logger="taskiq_simplebroker"):
+        heartbeat._renew(leases)
+        second = await asyncio.wait_for(anext(listener), 10)
+    assert "ran out before this process could renew" in caplog.text
+    assert "another worker recovered them" in caplog.text
+    assert token not in runtime.holdings.tokens()  # delivered again under a lease of its own
+    await second.ack()
+    await listener.aclose()
+    await worker.shutdown()

@@ -44,6 +44,9 @@ from .taskformat import task_headers
 
 logger = logging.getLogger("celery_simplebroker")
 
+#: Standings of a delivered message whose lease may no longer be this worker's.
+_STALE = frozenset({Standing.EXPIRED, Standing.LOST})
+
 
 class QoS(virtual.QoS):
     """Prefetch accounting of kombu, with acks, rejects and restores settled on the server."""
@@ -128,9 +131,13 @@ class Channel(virtual.Channel):
     def stale_delivered(self) -> dict[str, Standing]:
         """Return the tokens of delivered, unacknowledged messages whose lease may have run out.
 
-        Each with its standing (``EXPIRED`` or ``LOST``); messages already
-        acknowledged (in kombu's dirty set) or settled by their result's
-        script are left out.
+        Each with its standing (``EXPIRED`` or ``LOST``). Called by the event
+        loop while other threads settle messages (a threads pool acknowledges
+        in its own threads, a result's script too): a message whose token
+        this process let go of (``LET_GO``: settled, being settled by its
+        result's script, or handed back, its tag not out of kombu's
+        ``_delivered`` yet), already acknowledged (in kombu's dirty set) or
+        settled by its result's script is left out.
         """
         qos = self.qos
         standing, settled = self.store.holdings.standing, self.store.acks.settled
@@ -143,7 +150,7 @@ class Channel(virtual.Channel):
             except ValueError:
                 continue
             found = standing(message[0])
-            if found is not Standing.HELD and not settled(message):
+            if found in _STALE and not settled(message):
                 stale[message[0]] = found
         return stale
 

@@ -153,7 +153,7 @@ class Settler:
         finish: Callable[[], object] = _nothing
         if confirmed is None:  # the result's script did not let it go already
             self.holdings.settling(token)
-            finish = functools.partial(self.holdings.let_go, token)
+            finish = functools.partial(self.holdings.settled, token)
         send = functools.partial(self._leases().ack, token, [message_id], delete=True)
         try:
             settlement = self._settle(Settle(token, message_id, "acknowledgement", send, finish))
@@ -172,7 +172,7 @@ class Settler:
         finish: Callable[[], object] = _nothing
         if not unheld:
             self.holdings.settling(token)
-            finish = functools.partial(self.holdings.let_go, token)
+            finish = functools.partial(self.holdings.settled, token)
         send = functools.partial(self._leases().reject, token, [message_id], target)
         try:
             self._settle(Settle(token, message_id, "rejection", send, finish))

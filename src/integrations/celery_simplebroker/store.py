@@ -297,10 +297,13 @@ class Store:
     def taken_over(self, stale: Mapping[str, Standing]) -> set[str]:
         """Return the tokens of delivered tasks that another worker holds now.
 
-        ``stale``: tokens the event loop found not ``HELD``. ``LOST`` ones
-        are; those past their known deadline (``EXPIRED``: the process was
-        stopped, or cut off, longer than the lease) are renewed at once
-        (one round trip), and those the server no longer knows are too.
+        ``stale``: tokens the event loop found ``EXPIRED`` or ``LOST``.
+        ``LOST`` ones are (a renewal found them gone while this process held
+        messages of them it was not settling); those past their known
+        deadline (``EXPIRED``: the process was stopped, or cut off, longer
+        than the lease) are renewed at once (one round trip), and those the
+        server no longer knows are too, unless this process settled them
+        meanwhile (``Holdings.drop_lost``).
         During an outage nothing can be asked: the heartbeat renews them
         when the server answers, and a later check finds what was lost.
         """
@@ -326,9 +329,10 @@ class Store:
         kept = (token for token in tokens if token not in renewal.lost)
         holdings.renewed(kept, renewal.now_ns + round(lease * 1e9))
         holdings.drop_lost(renewal.lost)
-        # Lost whether or not the heartbeat dropped them first: they hold
-        # delivered messages, none being acknowledged.
-        return set(renewal.lost) & set(tokens)
+        # Lost whether this renewal or the heartbeat's found it so; not one
+        # whose last messages another thread settled meanwhile (the server
+        # dropped the token because the settlement landed).
+        return {token for token in tokens if holdings.standing(token) is Standing.LOST}
 
     def _startable(self, token: str, message_id: int) -> bool:
         """Return True when a buffered message's lease still holds: it may be delivered.
@@ -336,7 +340,8 @@ class Store:
         One whose known deadline passed (the process was stopped, or cut off
         from the server, for longer than the lease) is handed back, its
         delivery not counted: it never ran. One whose token the heartbeat
-        found lost is another worker's now.
+        found lost is another worker's now; one this worker let go of (handed
+        back) is not started either.
         """
         standing = self.holdings.standing(token)
         if standing is Standing.HELD:
@@ -348,10 +353,12 @@ class Store:
                 message_id,
             )
             self.release({token: [message_id]}, undeliver=True)
-        else:
+        elif standing is Standing.LOST:
             logger.warning(
                 "message %d is not started: its lease was lost (another worker has it)", message_id
             )
+        else:
+            logger.info("message %d is not started: this worker let go of it", message_id)
         return False
 
     def claim(self, queue: str, ttl: float | None) -> dict[str, Any] | None:

@@ -208,7 +208,7 @@ class Store:
         except Exception:  # noqa: BLE001 - unknown: run it rather than risk not running it
             return True
         if token in gone:
-            self.holdings.drop([token])
+            self.holdings.drop_lost([token])  # taken over: it holds this unstarted message
             return False
         return True
 

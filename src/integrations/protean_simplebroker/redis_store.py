@@ -159,16 +159,30 @@ class RedisStore(Store):
         it: a repeat that finds it gone counts as done. Past that time the
         error is raised and the copy stays held (the caller may retry).
         """
+        # Settling, not let go: held until it lands, and a renewal that
+        # finds the token gone because it landed reports nothing lost.
+        self.holdings.settling(held.handle)
+        try:
+            settled, unsure = self._ack_retrying(held)
+        except BaseException:
+            self.holdings.unsettle(held.handle)  # still held: the caller may retry
+            raise
+        self.holdings.settled(held.handle)
+        if settled == 0 and unsure:
+            logger.info("message %s was acknowledged by a try whose reply was lost", held.copy_id)
+            return True
+        return settled == 1
+
+    def _ack_retrying(self, held: Held) -> tuple[int, bool]:
+        """Send the acknowledgement (see :meth:`ack`); return (settled, a try's outcome unknown)."""
         deadline = time.monotonic() + ACK_RETRY_SECONDS
         delay, unsure = BACKOFF_MIN, False
         while True:
             try:
-                settled = self.leases.ack(held.handle, [held.copy_id], delete=True).settled
-                break
+                return self.leases.ack(held.handle, [held.copy_id], delete=True).settled, unsure
             except ReplicationTimeout as exc:
                 logger.warning("acknowledgement not confirmed by a replica: %s", exc)
-                settled = 1
-                break
+                return 1, unsure
             except Exception as exc:
                 if not transient(exc) or self.stop.is_set() or time.monotonic() > deadline:
                     raise
@@ -179,34 +193,39 @@ class RedisStore(Store):
                 unsure = unsure or isinstance(exc, OutcomeUnknown)
                 self.stop.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
-        self.holdings.let_go(held.handle)
-        if settled == 0 and unsure:
-            logger.info("message %s was acknowledged by a try whose reply was lost", held.copy_id)
-            return True
-        return settled == 1
 
     def startable(self, held: Held) -> bool | None:
         """Return whether the copy's lease still holds (see :meth:`Store.startable`)."""
         standing = self.holdings.standing(held.handle)
         if standing is Standing.HELD:
             return True
+        # LET_GO cannot happen to a copy waiting here (it holds its token); if it
+        # did, the copy is not this consumer's to start either.
         return False if standing is Standing.EXPIRED else None
 
     def release(self, held: Held, *, counted: bool) -> bool:
         """Make a held copy pending again, or dead-letter it (the script decides)."""
+        self.holdings.settling(held.handle)
         try:
             done = self.leases.release(held.handle, [held.copy_id], undeliver=not counted)
         except ReplicationTimeout as exc:
             logger.warning("hand-back not confirmed by a replica: %s", exc)
             done = 1
-        self.holdings.let_go(held.handle)
+        finally:
+            # Landed, or failed: not renewed any more, the copy returns when its lease ends.
+            self.holdings.settled(held.handle)
         return done == 1
 
     def _bury(self, held: Held) -> bool:
         """Move a held copy to the dead-letter queue (``Leases.reject``, one script)."""
         dead = self.layout.dead(held.stream, held.group)
-        settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
-        self.holdings.let_go(held.handle)
+        self.holdings.settling(held.handle)
+        try:
+            settled = self.leases.reject(held.handle, [held.copy_id], dead).settled
+        except BaseException:
+            self.holdings.unsettle(held.handle)  # still held: the caller may retry
+            raise
+        self.holdings.settled(held.handle)
         return settled == 1
 
     def recover(self, stream: str, group: str) -> None:

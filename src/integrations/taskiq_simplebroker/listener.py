@@ -161,7 +161,8 @@ class TaskListener:
         A lost one (the heartbeat found its token gone: another worker
         recovered it) is dropped; an expired one (its known deadline passed,
         see :meth:`~simplebroker_redis.holdings.Holdings.standing`) is
-        handed back unstarted, its delivery taken back. Logged once per call.
+        handed back unstarted, its delivery taken back; one this worker let
+        go of already is dropped quietly. Logged once per call.
         """
         holdings = self.runtime.holdings
         kept: deque[Held] = deque()
@@ -176,8 +177,9 @@ class TaskListener:
             self.window.done(message.id)
             if standing is Standing.EXPIRED:
                 expired.setdefault(token, []).append(message.id)
-            else:
+            elif standing is Standing.LOST:
                 lost += 1
+            # LET_GO: this worker handed it back already; nothing was lost.
         self._buffer.clear()
         self._buffer.extend(kept)
         if expired:

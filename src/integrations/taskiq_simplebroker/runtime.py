@@ -221,13 +221,13 @@ class Runtime:
                 target = (dead_letter_queue or self.dead_letter_queue) if mark.reject else ""
                 await self.committer.submit(mark.writes, token, message_id, target)
         finally:
-            self.holdings.let_go(token)
+            self.holdings.settled(token)
 
     def settle_later(self, token: str, message_id: int, target: str) -> None:
         """Move one held message to ``target`` without waiting; let it go once that landed."""
         self.holdings.settling(token)
         done = self.committer.submit((), token, message_id, target)
-        done.add_done_callback(lambda _: self.holdings.let_go(token))
+        done.add_done_callback(lambda _: self.holdings.settled(token))
 
     def mark_rejected(self) -> None:
         """Make the current task's acknowledgement dead-letter its message."""
