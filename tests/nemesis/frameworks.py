@@ -1,4 +1,4 @@
-"""The four workloads: SimpleBroker's ``Queue``, Taskiq, Celery and Protean.
+"""The five workloads: SimpleBroker's ``Queue``, Taskiq, Celery, Protean and Dramatiq.
 
 See :mod:`.workloads` for what a workload provides; :data:`WORKLOADS` names them.
 """
@@ -281,7 +281,92 @@ class _ProteanProducer:
         self.broker.close()
 
 
+# -- Dramatiq -------------------------------------------------------------------------------
+
+
+class DramatiqLoad(Workload):
+    """``dramatiq dramatiq_worker --processes 1 --threads 2`` (:mod:`.dramatiq_worker`), results."""
+
+    name = "dramatiq"
+    results = True
+
+    def command(self, setup: Setup, name: str, url: str) -> Command:
+        src = TESTS.parent / "src"
+        env = base_env(setup, [HERE, TESTS, src, src / "integrations"])
+        env.update(
+            NEMESIS_URL=url,
+            NEMESIS_NS=setup.namespace,
+            NEMESIS_LOG=str(setup.folder / f"{name}.log"),
+            NEMESIS_LEASE=str(setup.lease),
+            **setup.durability_env("NEMESIS_"),
+        )
+        args = [sys.executable, "-m", "dramatiq", "dramatiq_worker"]
+        args += ["--processes", "1", "--threads", "2"]
+        return Command(args, env, output_says("is ready for action"), cwd=HERE)
+
+    def producer(self, setup: Setup, url: str) -> Producer:
+        return _DramatiqProducer(url, setup)
+
+    def holds(self, queue: str) -> bool:
+        """The queue's priority levels (``default.p<P>``), not its dead letters."""
+        from .dramatiq_worker import QUEUE
+
+        return queue == QUEUE or queue.startswith(f"{QUEUE}.p")
+
+    def read_results(self, setup: Setup, refs: dict[str, str]) -> dict[str, Result]:
+        import dramatiq
+        from dramatiq.results import ResultFailure, ResultMissing
+
+        from .dramatiq_worker import QUEUE, make_broker
+
+        broker = make_broker(setup.admin_url, setup.namespace, setup.lease)
+        backend = broker.get_results_backend()
+        out = {}
+        try:
+            for key, ref in refs.items():
+                message: dramatiq.Message[Any] = dramatiq.Message(
+                    queue_name=QUEUE,
+                    actor_name="witness",
+                    args=(),
+                    kwargs={},
+                    options={},
+                    message_id=ref,
+                )
+                try:
+                    value = backend.get_result(message)
+                except ResultMissing:
+                    out[key] = Result("MISSING", None, right=False)
+                    continue
+                except ResultFailure as exc:
+                    out[key] = Result(f"FAILURE:{exc}", None, right=False)
+                    continue
+                pid, right = witnessed(value, key)
+                out[key] = Result("SUCCESS", pid, right)
+        finally:
+            broker.close()
+        return out
+
+
+class _DramatiqProducer:
+    def __init__(self, url: str, setup: Setup) -> None:
+        from .dramatiq_worker import declare, make_broker
+
+        def never(*args: object) -> None:
+            raise AssertionError("the witness actor runs in the workers")
+
+        self.seconds = setup.task_seconds
+        self.broker = make_broker(url, setup.namespace, setup.lease)
+        self.actor = declare(self.broker, never)
+
+    def send(self, key: str) -> str:
+        return str(self.actor.send(key, self.seconds).message_id)
+
+    def close(self) -> None:
+        self.broker.close()
+
+
 #: Every workload, by name.
 WORKLOADS: dict[str, Workload] = {
-    load.name: load for load in (QueueLoad(), TaskiqLoad(), CeleryLoad(), ProteanLoad())
+    load.name: load
+    for load in (QueueLoad(), TaskiqLoad(), CeleryLoad(), ProteanLoad(), DramatiqLoad())
 }
