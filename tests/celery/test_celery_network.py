@@ -191,6 +191,37 @@ def test_a_publish_cut_off_fails_in_bounded_time_saying_its_outcome_is_unknown(
     assert queue_total(server, namespace) == 2  # "warm" and one copy of "cut"
 
 
+def test_a_publish_with_the_default_settings_fails_within_its_bound_in_a_blackhole(
+    proxy, server, namespace, events
+):
+    """``delay()`` with no timeout configured: it fails within 10 s, not at the heal.
+
+    The transport's ``publish_timeout`` (5 s) bounds each try and starts
+    no try after it; Celery's own retry policy (3 retries) is left as it
+    is. The held write is delivered at the heal: one copy.
+    """
+    from celeryapp import make_app
+
+    app = make_app(proxy.url(), namespace, str(events))
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "task_stats": False}
+    app.send_task("record", ("warm",)).forget()
+    baseline = connected_clients(server)
+    proxy.blackhole()
+    began = time.monotonic()
+    try:
+        with pytest.raises(Exception) as raised:
+            app.send_task("record", ("cut",))
+        took = time.monotonic() - began
+    finally:
+        proxy.heal()
+    assert "outcome of this publish" in str(raised.value), raised.value
+    assert "unknown" in str(raised.value)
+    assert took <= 10.0, f"took {took:.1f} s"
+    close(app)
+    wait_for(lambda: settled(proxy, server, baseline), 30, "the held requests to be delivered")
+    assert queue_total(server, namespace) == 2  # "warm" and one copy of "cut"
+
+
 def test_a_publish_that_returned_success_stored_its_task_exactly_once(
     proxy, server, namespace, events
 ):

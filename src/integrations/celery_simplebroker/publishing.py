@@ -21,6 +21,17 @@ connection error, so kombu retries it, safely now; after the last retry
 the caller learns that the task may have been stored, exactly once. A
 later try that could not even connect says so too, not "cannot reach
 Redis" alone, because an earlier try of the same publish may have landed.
+
+A publish is bounded in time (the transport option ``publish_timeout``,
+5 s by default): each try waits at most that long to connect and for its
+reply (the store's publisher has a connection pool of its own with that
+timeout), and once that long has passed since the first try, kombu's
+retries start no new one: they fail at once, with
+:class:`PublishOutcomeUnknown` when an earlier try was sent, else with
+the "cannot reach" error. So during a blackhole ``delay()`` fails after
+about ``publish_timeout`` (at worst twice that, when a try that failed at
+once is followed by one that waits), instead of waiting for the network
+to come back (issue 42: it blocked until the heal).
 """
 
 from __future__ import annotations
@@ -28,13 +39,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, Final
 
 from simplebroker_redis import OutcomeUnknown
 
-from .errors import unreachable
+from .errors import ServerUnreachable, unreachable
 
 #: Carries a publish's key across its retries (in properties and headers; never stored).
 PUBLISH_FIELD: Final[str] = "x-simplebroker-publish"
@@ -42,8 +54,11 @@ PUBLISH_FIELD: Final[str] = "x-simplebroker-publish"
 #: Set in the same dicts once a try of the publish had an unknown outcome.
 UNKNOWN_FIELD: Final[str] = "x-simplebroker-unknown"
 
+#: Set in the same dicts by the first try: when it began (``time.monotonic()``).
+SINCE_FIELD: Final[str] = "x-simplebroker-since"
+
 #: What a stored message never carries.
-TRANSIENT_FIELDS: Final[tuple[str, ...]] = (PUBLISH_FIELD, UNKNOWN_FIELD)
+TRANSIENT_FIELDS: Final[tuple[str, ...]] = (PUBLISH_FIELD, UNKNOWN_FIELD, SINCE_FIELD)
 
 
 class PublishOutcomeUnknown(OutcomeUnknown):
@@ -83,8 +98,10 @@ def begin(message: dict[str, Any]) -> None:
     key = next((c[PUBLISH_FIELD] for c in carriers if PUBLISH_FIELD in c), None)
     key = key or uuid.uuid4().hex
     unknown = any(c.get(UNKNOWN_FIELD) for c in carriers)
+    since = next((c[SINCE_FIELD] for c in carriers if SINCE_FIELD in c), time.monotonic())
     for carrier in carriers:
         carrier[PUBLISH_FIELD] = key
+        carrier[SINCE_FIELD] = since
         if unknown:
             carrier[UNKNOWN_FIELD] = True
     _current.unknown = unknown
@@ -107,6 +124,34 @@ def dedupe_key(message: dict[str, Any], queue: str) -> str | None:
     raw = body.encode("utf-8") if isinstance(body, str) else repr(body).encode("utf-8")
     digest = hashlib.sha256(queue.encode("utf-8") + b"\0" + raw).hexdigest()[:24]
     return f"celery.{key}.{digest}"
+
+
+def check_deadline(message: dict[str, Any], timeout: float, where: str) -> None:
+    """Start no new try of a publish ``timeout`` seconds after its first one began.
+
+    Raises:
+        PublishOutcomeUnknown: Time is up and an earlier try was sent
+            (its message may have been stored, once).
+        ServerUnreachable: Time is up and no earlier try reached the server.
+
+    """
+    since = next((c[SINCE_FIELD] for c in _carriers(message) if SINCE_FIELD in c), None)
+    if not isinstance(since, float):
+        return
+    spent = time.monotonic() - since
+    if spent < timeout:
+        return
+    if _current.unknown or any(c.get(UNKNOWN_FIELD) for c in _carriers(message)):
+        raise PublishOutcomeUnknown(
+            f"the outcome of this publish to {where} is unknown: an earlier try got no reply "
+            f"and no new try starts {spent:.1f} s after the first (publish_timeout = "
+            f"{timeout:g} s); its message may have been stored (at most once: the publish "
+            "is idempotent)"
+        )
+    raise ServerUnreachable(
+        f"cannot reach Redis at {where}: no try of this publish reached the server in "
+        f"{spent:.1f} s (publish_timeout = {timeout:g} s); nothing was stored"
+    )
 
 
 @contextlib.contextmanager

@@ -91,6 +91,26 @@ class Store:
         return RedisBrokerCore(self.runner)
 
     @functools.cached_property
+    def publisher(self) -> RedisBrokerCore:
+        """Return the SimpleBroker connection publishes use: own pool, ``publish_timeout``.
+
+        A publish never waits behind the worker's other traffic, nor longer
+        than ``publish_timeout`` for a server that does not answer (see
+        :mod:`.publishing`).
+        """
+        return RedisBrokerCore(self.publishing)
+
+    @functools.cached_property
+    def publishing(self) -> RedisRunner:
+        """Return the runner of publishes and declarations (own pool, ``publish_timeout``)."""
+        return self.runner.sibling(self.options.publish_timeout)
+
+    @property
+    def where(self) -> str:
+        """Return the server and namespace, for messages (no password)."""
+        return self.runner.where
+
+    @functools.cached_property
     def leases(self) -> Leases:
         """Return the reservation API (validates the namespace on first use)."""
         return Leases(self.runner)
@@ -147,6 +167,8 @@ class Store:
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
+        if "publishing" in self.__dict__:  # made on the first publish or declaration
+            self.publishing.close()
 
     # -- priorities ----------------------------------------------------------------------------
     def levels(self, queue: str) -> tuple[str, ...]:
@@ -190,7 +212,7 @@ class Store:
         stage = stage_for(self.runner.identity)
         if stage is None:
             key = index_key(FRAMEWORK, task[0]) if task and self.task_index else ""
-            self.core.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
+            self.publisher.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
         else:
             validate_message(envelope, self.max_message_size)
             stage.messages.append((queue, envelope))
@@ -202,7 +224,7 @@ class Store:
 
     def broadcast(self, envelope: str, queues: list[str]) -> None:
         """Write one copy of a message to each of ``queues`` (storage names), atomically."""
-        self.core.broadcast(envelope, queue_names=queues, create_missing=True)
+        self.publisher.broadcast(envelope, queue_names=queues, create_missing=True)
 
     # -- taking messages ----------------------------------------------------------------------
     def reservation(self, queue: str, limit: int) -> Reservation:
