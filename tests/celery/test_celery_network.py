@@ -310,6 +310,79 @@ def test_a_worker_stopped_past_its_lease_neither_overwrites_results_nor_starts_s
     assert live.alive() and stale.alive()
 
 
+def test_a_pool_process_does_not_start_a_task_whose_lease_was_taken_over(server, namespace, events):
+    """The check a pool process makes right before a task's body (``.prestart``, issue 42).
+
+    Celery's own tracer of the test app's task, wrapped as every pool
+    process wraps it, given the request a delivered message carries: its
+    known deadline passed. While the reservation is still the worker's
+    (renewed meanwhile) the task runs; once another worker's recovery took
+    it over, the task is rejected with requeue and its body never runs.
+    """
+    from celery.app.trace import build_tracer
+    from celeryapp import make_app
+
+    from celery_simplebroker.fencing import HOLDER_FIELD, holder_mark
+    from celery_simplebroker.prestart import LEASE_UNTIL_FIELD, guard
+    from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner
+
+    app = make_app(server.url, namespace, str(events), 0.5)
+    runner = RedisRunner(server.url, namespace=namespace)
+    try:
+        task = app.tasks["record"]
+        traced = guard(app, build_tracer(task.name, task, app=app))
+        leases = Leases(runner)
+        for key in ("held", "taken"):
+            RedisBrokerCore(runner).write("celery", key)
+        kept, lost = (leases.reserve("celery", 1, 0.5) for _ in range(2))
+
+        def request(lease: Any, key: str) -> dict[str, Any]:
+            tag = f"{lease.token}:{lease.messages[0].id}"
+            properties = {
+                "delivery_tag": tag,
+                HOLDER_FIELD: holder_mark(runner.identity),
+                LEASE_UNTIL_FIELD: time.monotonic() - 1.0,  # its known deadline passed
+            }
+            return {"id": key, "task": "record", "properties": properties, "delivery_info": {}}
+
+        def taken_over() -> bool:
+            leases.renew([kept.token])  # the worker renews what it still holds
+            return leases.recover().released >= 1
+
+        wait_for(taken_over, 10, "the other reservation to run out and be recovered")
+        ran = traced("held", ("held",), {}, request(kept, "held"))
+        refused = traced("taken", ("taken",), {}, request(lost, "taken"))
+        assert ran.retval == "held"
+        assert refused.info is not None and refused.info.state == "REJECTED"
+        reject = refused.retval.exception  # as the pool sends it back to the event loop
+        assert getattr(reject, "exc", reject).requeue  # Celery then hands the message back
+        assert set(starts(events)) == {"held"}  # the taken-over task's body never ran
+    finally:
+        app.close()
+        runner.shutdown()
+
+
+@pytest.mark.parametrize("lease", [1.0])
+def test_a_task_that_waited_past_its_known_deadline_starts_while_still_held(
+    events, direct, start_worker
+):
+    """A prefork worker checks, in its pool process, a task that waited longer than the lease.
+
+    The second task waits for the only pool process while the first runs
+    three leases long: its deadline as known at delivery passed, the pool
+    process asks the server, which still has it under this worker's lease
+    (renewed meanwhile): it starts, once, and nothing is refused.
+    """
+    worker = start_worker("busy", pool="prefork", env={"CELERY_CONF": DEFAULTS})
+    first = direct.send_task("record", ("first", 3.0))
+    second = direct.send_task("record", ("second", 0.0))
+    assert first.get(timeout=60) == "first" and second.get(timeout=60) == "second"
+    begun = {e.words[0]: e.at for e in read_events(events, "start")}
+    assert begun["second"] - begun["first"] > 2.0  # it waited past its known deadline
+    assert starts(events) == Counter({"first": 1, "second": 1})
+    assert "is not started" not in worker.output()
+
+
 @pytest.mark.parametrize("lease", [2.0])
 def test_a_blackhole_longer_than_the_lease_leaves_no_worker_silent(
     proxy, direct, events, start_worker

@@ -190,7 +190,9 @@ class Channel(virtual.Channel):
         message: dict[str, Any] = super().prepare_message(*args, **kwargs)
         publishing.begin(message)
         # Before kombu declares the queue: no new try once publish_timeout has passed.
-        publishing.check_deadline(message, self.store.options.publish_timeout, self.store.where)
+        publishing.check_deadline(
+            message, self.store.options.publish_timeout, self.store.runner.where
+        )
         return message
 
     def basic_publish(

@@ -43,6 +43,7 @@ from .errors import unreachable
 from .fencing import HOLDER_FIELD, holder_mark
 from .options import TransportOptions, storage_queue
 from .outage import Outage
+from .prestart import stamp
 from .settlements import Settler, deferred_for
 from .staging import stage_for
 from .taskformat import FRAMEWORK
@@ -92,23 +93,13 @@ class Store:
 
     @functools.cached_property
     def publisher(self) -> RedisBrokerCore:
-        """Return the SimpleBroker connection publishes use: own pool, ``publish_timeout``.
-
-        A publish never waits behind the worker's other traffic, nor longer
-        than ``publish_timeout`` for a server that does not answer (see
-        :mod:`.publishing`).
-        """
+        """Return the SimpleBroker connection publishes use (on :attr:`publishing`)."""
         return RedisBrokerCore(self.publishing)
 
     @functools.cached_property
     def publishing(self) -> RedisRunner:
-        """Return the runner of publishes and declarations (own pool, ``publish_timeout``)."""
+        """Return the runner of publishes, declarations: own pool, ``publish_timeout``."""
         return self.runner.sibling(self.options.publish_timeout)
-
-    @property
-    def where(self) -> str:
-        """Return the server and namespace, for messages (no password)."""
-        return self.runner.where
 
     @functools.cached_property
     def leases(self) -> Leases:
@@ -167,8 +158,7 @@ class Store:
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
-        if "publishing" in self.__dict__:  # made on the first publish or declaration
-            self.publishing.close()
+        self.publishing.close()  # no-op if nothing was published
 
     # -- priorities ----------------------------------------------------------------------------
     def levels(self, queue: str) -> tuple[str, ...]:
@@ -283,11 +273,9 @@ class Store:
     def hand_back_unconfirmed(self, reserved: object) -> None:
         """Hand back a reservation that raised ``ReplicationTimeout``, its delivery not counted.
 
-        It happened on the primary, but a failover could still lose it and let
-        another worker run its tasks while this one does; stranding them until
-        their lease expired would count a delivery each time (and send the
-        oldest messages, reserved first, to the dead-letter queue after a few
-        failovers without running).
+        A failover could still lose it and let another worker run its tasks;
+        stranding them until their lease expired would count a delivery each
+        time (dead-lettering the oldest after a few failovers without running).
         """
         if isinstance(reserved, MultiLease):
             groups = {lease.token: lease.ids for lease in reserved.leases if lease.messages}
@@ -307,6 +295,7 @@ class Store:
         try:
             payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
             payload["properties"][HOLDER_FIELD] = self.mark  # its result is fenced by its lease
+            stamp(payload["properties"], self.holdings.local_deadline(token))
         except Unreadable:
             logger.error("message %d of queue %s is not a kombu message", message.id, queue)
             self.dead_letter(token, message.id, unreadable=queue)
@@ -319,15 +308,11 @@ class Store:
     def taken_over(self, stale: Mapping[str, Standing]) -> set[str]:
         """Return the tokens of delivered tasks that another worker holds now.
 
-        ``stale``: tokens the event loop found ``EXPIRED`` or ``LOST``.
-        ``LOST`` ones are (a renewal found them gone while this process held
-        messages of them it was not settling); those past their known
-        deadline (``EXPIRED``: the process was stopped, or cut off, longer
-        than the lease) are renewed at once (one round trip), and those the
-        server no longer knows are too, unless this process settled them
-        meanwhile (``Holdings.drop_lost``).
-        During an outage nothing can be asked: the heartbeat renews them
-        when the server answers, and a later check finds what was lost.
+        ``stale``: tokens the event loop found ``EXPIRED`` or ``LOST``. ``LOST``
+        ones are; ``EXPIRED`` ones (past their known deadline) are renewed at
+        once, one round trip, and those the server no longer knows are too,
+        unless settled here meanwhile (``Holdings.drop_lost``). During an
+        outage nothing is asked: a later check finds what the heartbeat lost.
         """
         lost = {token for token, standing in stale.items() if standing is Standing.LOST}
         expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
@@ -359,11 +344,8 @@ class Store:
     def _startable(self, token: str, message_id: int) -> bool:
         """Return True when a buffered message's lease still holds: it may be delivered.
 
-        One whose known deadline passed (the process was stopped, or cut off
-        from the server, for longer than the lease) is handed back, its
-        delivery not counted: it never ran. One whose token the heartbeat
-        found lost is another worker's now; one this worker let go of (handed
-        back) is not started either.
+        One past its known deadline is handed back, its delivery not counted
+        (it never ran); one lost or let go of is not started either.
         """
         standing = self.holdings.standing(token)
         if standing is Standing.HELD:
