@@ -384,6 +384,42 @@ def test_a_task_that_waited_past_its_known_deadline_starts_while_still_held(
 
 
 @pytest.mark.parametrize("lease", [2.0])
+def test_a_worker_keeps_its_leases_with_0_3_s_added_to_every_packet(
+    proxy, server, namespace, events, direct, start_worker
+):
+    """0.3 s more each way on every packet, for three leases: no lease runs out (issue 42).
+
+    The worker's renewal has a connection and a thread of its own, so it
+    never waits behind the heartbeat's other round trips (the worker's
+    record, the bindings' refresh, recovery passes) or the event loop's.
+    Another worker's recovery (the test's, on a direct connection) finds
+    nothing of it to take, and every task runs once.
+    """
+    from simplebroker_redis import Leases, RedisRunner
+
+    worker = prefork(start_worker, "slow")
+    keys = [f"l{i}" for i in range(16)]
+    results = [direct.send_task("record", (key, 0.3)) for key in keys]
+    wait_for(lambda: len(starts(events)) >= 2, 30, "the worker to be busy")
+    runner = RedisRunner(server.url, namespace=namespace)
+    released = 0
+    try:
+        leases = Leases(runner)
+        proxy.latency(0.3)
+        end = time.monotonic() + 3 * 2.0
+        while time.monotonic() < end:  # a recovery pass every 0.2 s, as a worker's
+            released += leases.recover().released
+            time.sleep(0.2)
+    finally:
+        proxy.heal()
+        runner.shutdown()
+    assert [result.get(timeout=60) for result in results] == keys
+    assert released == 0, "a lease of the slowed worker ran out and was recovered"
+    assert starts(events) == Counter(dict.fromkeys(keys, 1))
+    assert "could renew them" not in worker.output()
+
+
+@pytest.mark.parametrize("lease", [2.0])
 def test_a_blackhole_longer_than_the_lease_leaves_no_worker_silent(
     proxy, direct, events, start_worker
 ):
