@@ -211,6 +211,7 @@ class Channel(virtual.Channel):
 
     def queue_declare(self, *args: Any, **kwargs: Any) -> Any:
         """Declare a queue (kombu does before every try of a publish; see :mod:`.publishing`)."""
+        publishing.check_declaring(self.store.options.publish_timeout, self.store.runner.where)
         with publishing.preparing():
             return super().queue_declare(*args, **kwargs)
 

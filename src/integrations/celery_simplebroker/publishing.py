@@ -57,6 +57,9 @@ UNKNOWN_FIELD: Final[str] = "x-simplebroker-unknown"
 #: Set in the same dicts by the first try: when it began (``time.monotonic()``).
 SINCE_FIELD: Final[str] = "x-simplebroker-since"
 
+#: Seconds after its first try a publish's state can refuse a queue declaration.
+STALE_AFTER: Final[float] = 30.0
+
 #: What a stored message never carries.
 TRANSIENT_FIELDS: Final[tuple[str, ...]] = (PUBLISH_FIELD, UNKNOWN_FIELD, SINCE_FIELD)
 
@@ -81,9 +84,14 @@ def _carriers(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class _Current(threading.local):
-    """The publish this thread is trying: whether an earlier try's outcome was unknown."""
+    """The publish this thread is trying: whether an earlier try's outcome was unknown.
+
+    And when its first try began (None: no publish under way).
+    """
 
     unknown = False
+    since: float | None = None
+    failed = False  #: a try or declaration of it could not reach the server
 
 
 _current = _Current()
@@ -105,6 +113,9 @@ def begin(message: dict[str, Any]) -> None:
         if unknown:
             carrier[UNKNOWN_FIELD] = True
     _current.unknown = unknown
+    if _current.since != since:
+        _current.failed = False
+    _current.since = since
 
 
 def done(message: dict[str, Any]) -> None:
@@ -113,6 +124,8 @@ def done(message: dict[str, Any]) -> None:
         for field in TRANSIENT_FIELDS:
             carrier.pop(field, None)
     _current.unknown = False
+    _current.since = None
+    _current.failed = False
 
 
 def dedupe_key(message: dict[str, Any], queue: str) -> str | None:
@@ -129,19 +142,40 @@ def dedupe_key(message: dict[str, Any], queue: str) -> str | None:
 def check_deadline(message: dict[str, Any], timeout: float, where: str) -> None:
     """Start no new try of a publish ``timeout`` seconds after its first one began.
 
-    Raises:
+    Raises (as :func:`check_declaring`):
         PublishOutcomeUnknown: Time is up and an earlier try was sent
             (its message may have been stored, once).
         ServerUnreachable: Time is up and no earlier try reached the server.
 
     """
     since = next((c[SINCE_FIELD] for c in _carriers(message) if SINCE_FIELD in c), None)
-    if not isinstance(since, float):
+    if isinstance(since, float):
+        _timed_out(since, timeout, where, any(c.get(UNKNOWN_FIELD) for c in _carriers(message)))
+
+
+def check_declaring(timeout: float, where: str) -> None:
+    """Start no new try of the queue declaration of a publish whose time is up.
+
+    kombu declares a publish's queue with retries of its own, after the
+    publish's try began (:func:`check_deadline` ran); a declaration is
+    refused once a try or declaration of the publish failed to reach the
+    server and ``timeout`` has passed. A publish that failed for good
+    leaves that behind in this thread: after :data:`STALE_AFTER` seconds it
+    no longer counts (a consumer's declaration later in the thread is not
+    one of a publish).
+    """
+    since = _current.since
+    if since is None or not _current.failed or time.monotonic() - since > STALE_AFTER:
         return
+    _timed_out(since, timeout, where, False)
+
+
+def _timed_out(since: float, timeout: float, where: str, unknown: bool) -> None:
+    """Raise the error of a publish whose ``timeout`` passed since ``since`` (if it did)."""
     spent = time.monotonic() - since
     if spent < timeout:
         return
-    if _current.unknown or any(c.get(UNKNOWN_FIELD) for c in _carriers(message)):
+    if _current.unknown or unknown:
         raise PublishOutcomeUnknown(
             f"the outcome of this publish to {where} is unknown: an earlier try got no reply "
             f"and no new try starts {spent:.1f} s after the first (publish_timeout = "
@@ -162,7 +196,7 @@ def attempt(message: dict[str, Any]) -> Iterator[None]:
     except OutcomeUnknown as exc:
         for carrier in _carriers(message):
             carrier[UNKNOWN_FIELD] = True
-        _current.unknown = True
+        _current.unknown = _current.failed = True
         raise PublishOutcomeUnknown(
             f"{exc}. The message may have been stored: the publish is idempotent, so "
             "its retries (kombu's, Celery's) store it at most once"
@@ -185,10 +219,14 @@ def preparing() -> Iterator[None]:
 def _reraise_if_unknown(exc: Exception) -> None:
     """Raise :class:`PublishOutcomeUnknown` for a connection failure after an unknown try.
 
+    Any connection failure marks the publish as failed (:func:`check_declaring`).
+
     After a try whose outcome is unknown, the publish's later tries may
     fail before they write (kombu reconnects and declares the queue
     first): their error must not read as if nothing had been stored.
     """
+    if unreachable(exc):
+        _current.failed = True
     if _current.unknown and unreachable(exc) and not isinstance(exc, OutcomeUnknown):
         raise PublishOutcomeUnknown(
             "the outcome of this publish is unknown: an earlier try got no reply, so its "

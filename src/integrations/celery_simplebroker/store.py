@@ -53,6 +53,7 @@ logger = logging.getLogger("celery_simplebroker")
 #: Messages one purge round trip removes.
 PURGE_BATCH: Final[int] = 1000
 
+CLOSE_WAIT: Final[float] = 1.0  #: s a close waits for the task statistics' send
 #: Lease of the reservations a purge (or a claim from priority queues) deletes at once.
 PURGE_LEASE: Final[float] = 60.0
 
@@ -153,7 +154,7 @@ class Store:
     def close(self) -> None:
         """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
         if self.task_stats is not None:
-            self.task_stats.flush()
+            self.task_stats.flush_soon(CLOSE_WAIT)
         acks_module.release(self.acks)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
@@ -402,8 +403,8 @@ class Store:
         return None if expired(payload, message_id, ttl) else payload
 
     def ready(self, queue: str) -> int:
-        """Return ``queue``'s (storage name) ready messages: pending, held by nobody."""
-        return self.runner.run(calls.ready_count(self.runner.keys, self.levels(queue)))
+        """Return ``queue``'s ready messages (kombu's declaration before a publish asks)."""
+        return self.publishing.run(calls.ready_count(self.runner.keys, self.levels(queue)))
 
     def purge(self, queue: str) -> int:
         """Delete the queue's messages that nobody holds (storage name, every priority)."""
