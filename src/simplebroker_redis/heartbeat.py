@@ -4,12 +4,12 @@ A worker process (Taskiq, Celery, Protean) reserves messages under tokens
 (:mod:`.leases`); :class:`~.holdings.Holdings` counts, per token, the
 messages the process still holds. :class:`LeaseHeartbeat` is a daemon
 thread that every ``heartbeat_seconds`` renews every held token in one
-round trip (recording each new deadline on the server's clock), and every
-``recover_seconds`` releases reservations whose lease expired, in one round
-trip (the timing comes from :func:`~.integration.lease_timing`). The
-recovery script re-checks each token on the server, so any number of
-workers can recover at once; recovered messages publish a wake-up, so idle
-workers take them at once.
+round trip (recording each new deadline on the server's clock), and right
+after a renewal, at most every ``recover_seconds``, releases reservations
+whose lease expired, in one round trip (the timing comes from
+:func:`~.integration.lease_timing`). The recovery script re-checks each
+token on the server, so any number of workers can recover at once;
+recovered messages publish a wake-up, so idle workers take them at once.
 
 A worker never recovers its own live reservations: the recovery pass names
 the tokens this process holds (``recover.lua`` leaves them alone, however
@@ -28,7 +28,8 @@ with 0.3 s added to every packet, a renewal queued behind the record, the
 bindings' refresh and a recovery pass came after a 2 s lease had run out,
 and another worker ran the task again). A worker killed at time *t* renewed its leases at most
 ``heartbeat_seconds`` before, so its messages are pending again by *t +
-lease_seconds + recover_seconds*.
+lease_seconds + max(heartbeat_seconds, recover_seconds)* (another worker's
+recovery follows its renewals).
 """
 
 from __future__ import annotations
@@ -162,10 +163,10 @@ class LeaseHeartbeat:
     def _run_upkeep(self) -> None:
         """Store the worker's record, call ``on_beat``, recover expired leases (one thread).
 
-        Each beat follows a renewal (``on_beat`` ends an outage, sends
-        deferred settlements); a recovery pass runs only while the last
-        renewal succeeded, so that after an outage this process renews
-        before it recovers.
+        Each beat follows a renewal that succeeded (``on_beat`` ends an
+        outage, sends deferred settlements), and so does a recovery pass (at
+        most every ``recover_seconds``): after an outage this process renews
+        before it recovers, and no pass is sent while renewals fail.
         """
         leases: Leases | None = None
         next_recover = time.monotonic()
@@ -180,12 +181,15 @@ class LeaseHeartbeat:
                     leases = Leases(self._runner)
                 if renewed:
                     self._renewed.clear()
+                    # Recovery right after a renewal that succeeded, never later: a
+                    # pass sent into a partition reaches the server at the heal,
+                    # when the other workers' leases ran out because of it.
+                    if now >= next_recover and not self._failing:
+                        self._recover(leases)
+                        next_recover = now + self._timing.recover_seconds
                     self.presence.beat(self._holdings.tokens(), self.renewals, self.renew_failures)
                     if self._on_beat is not None:
                         self._on_beat()
-                if now >= next_recover and not self._failing:
-                    self._recover(leases)
-                    next_recover = now + self._timing.recover_seconds
                 failing = False
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any failure
                 if not failing:
