@@ -19,7 +19,10 @@ since the last failure. What it does recover is either another worker's
 (stopped, dead, or cut off) or one this process gave up without handing
 back.
 
-Renewal has a thread and a connection pool of its own (``runner.sibling()``);
+With ``own_renewal`` (Celery's transport; the other integrations still run
+everything on one thread: with Protean's engine the split made a test of
+its two consumer groups time out, not yet understood), renewal has a thread
+and a connection pool of its own (``runner.sibling()``);
 the worker's record, ``on_beat`` and the recovery passes run in a second
 thread on the runner's pool. So nothing waits in front of a renewal:
 neither a task that blocks an event loop, nor a loop busy with thousands
@@ -84,6 +87,7 @@ class LeaseHeartbeat:
         framework: str,
         on_beat: Callable[[], None] | None = None,
         describe: Callable[[], Mapping[str, Any]] | None = None,
+        own_renewal: bool = False,
     ) -> None:
         self.kind = worker_kind(framework)
         self.presence = Presence(runner, kind=self.kind, timing=timing, describe=describe)
@@ -102,6 +106,9 @@ class LeaseHeartbeat:
         self._renewed = threading.Event()  #: set by each renewal, taken by the upkeep
         self._renewer: RedisRunner | None = None  #: the renewals' own pool
         self._failing = False
+        #: Renewals on a thread and a pool of their own (Celery's transport); else
+        #: one thread does everything (Taskiq, Protean, Dramatiq for now).
+        self._own_renewal = own_renewal
 
     def start(self) -> None:
         """Start the threads (idempotent)."""
@@ -109,6 +116,10 @@ class LeaseHeartbeat:
             return
         self._stop.clear()
         self._renewed.clear()
+        if not self._own_renewal:
+            self._thread = threading.Thread(target=self._run_together, name=self._name, daemon=True)
+            self._thread.start()
+            return
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._upkeep = threading.Thread(
             target=self._run_upkeep, name=f"{self._name}-upkeep", daemon=True
@@ -159,6 +170,41 @@ class LeaseHeartbeat:
                 # Renewal is what keeps running work ours: try again soon.
                 wait = RETRY_SECONDS
             self._stop.wait(max(0.0, now + wait - time.monotonic()))
+
+    def _run_together(self) -> None:
+        """Renew, beat and recover on one thread and the runner's pool (``own_renewal`` off)."""
+        leases: Leases | None = None
+        next_renew = next_recover = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if leases is None:
+                    leases = Leases(self._runner)  # validates the namespace once
+                # After a failure, renew before anything else: this
+                # process's leases may have run out meanwhile.
+                if now >= next_renew or self._failing:
+                    self._renew(leases)
+                    self.presence.beat(self._holdings.tokens(), self.renewals, self.renew_failures)
+                    if self._on_beat is not None:
+                        self._on_beat()
+                    next_renew = now + self._timing.heartbeat_seconds
+                if now >= next_recover:
+                    self._recover(leases)
+                    next_recover = now + self._timing.recover_seconds
+                if self._failing:
+                    self._logger.info("lease heartbeat reaches the server again")
+                    self._failing = False
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any failure
+                if not self._failing:
+                    self._logger.warning("lease heartbeat failed, retrying: %s", exc)
+                else:
+                    self._logger.debug("lease heartbeat still failing: %s", exc)
+                self._failing = True
+                self.renew_failures += 1
+                notify("renew_failed", self.kind)
+                # Renewal is what keeps running work ours: try again soon.
+                next_renew = next_recover = now + RETRY_SECONDS
+            self._stop.wait(max(0.0, min(next_renew, next_recover) - time.monotonic()))
 
     def _run_upkeep(self) -> None:
         """Store the worker's record, call ``on_beat``, recover expired leases (one thread).

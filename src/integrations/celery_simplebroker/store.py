@@ -53,7 +53,6 @@ logger = logging.getLogger("celery_simplebroker")
 #: Messages one purge round trip removes.
 PURGE_BATCH: Final[int] = 1000
 
-CLOSE_WAIT: Final[float] = 1.0  #: s a close waits for the task statistics' send
 #: Lease of the reservations a purge (or a claim from priority queues) deletes at once.
 PURGE_LEASE: Final[float] = 60.0
 
@@ -116,12 +115,14 @@ class Store:
     def start_heartbeat(self) -> None:
         """Renew what this process holds, and recover expired leases, from now on."""
         if self._heartbeat is None:
+            timing, beat = self.options.timing, self._beat  # own_renewal: issue 42
             self._heartbeat = LeaseHeartbeat(
                 self.runner,
                 self.holdings,
-                self.options.timing,
+                timing,
                 framework="celery",
-                on_beat=self._beat,
+                on_beat=beat,
+                own_renewal=True,
             )
         self._heartbeat.start()
 
@@ -154,7 +155,7 @@ class Store:
     def close(self) -> None:
         """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
         if self.task_stats is not None:
-            self.task_stats.flush_soon(CLOSE_WAIT)
+            self.task_stats.flush_soon(1.0)  # at most 1 s, then in the background
         acks_module.release(self.acks)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
@@ -274,9 +275,8 @@ class Store:
     def hand_back_unconfirmed(self, reserved: object) -> None:
         """Hand back a reservation that raised ``ReplicationTimeout``, its delivery not counted.
 
-        A failover could still lose it and let another worker run its tasks;
-        stranding them until their lease expired would count a delivery each
-        time (dead-lettering the oldest after a few failovers without running).
+        A failover could lose it: stranding its messages until their lease ran
+        out would count deliveries (dead-lettering some that never ran).
         """
         if isinstance(reserved, MultiLease):
             groups = {lease.token: lease.ids for lease in reserved.leases if lease.messages}
