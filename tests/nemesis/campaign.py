@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("faults:", ", ".join(FAULTS), "\nworkloads:", ", ".join(WORKLOADS))
         return 0
-    folder = args.out.parent / "runs"
+    folder = args.out.parent.resolve() / "runs"  # absolute: some workers run in another cwd
     folder.mkdir(parents=True, exist_ok=True)
     head = commit()  # now: the code these runs load, whatever the checkout becomes meanwhile
     results: dict[tuple[str, str], list[Outcome]] = {}
