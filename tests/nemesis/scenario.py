@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -125,8 +126,13 @@ class Sender:
 
 
 def run(plan: Plan, folder: Path) -> Outcome:
-    """Run ``plan`` with its logs in ``folder``; return the verdict."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Run ``plan`` with its logs in ``folder``; return the verdict.
+
+    A folder left by an earlier run is emptied first: the logs are
+    append-only, and the checker must read this run's history alone.
+    """
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     started, load = time.monotonic(), os.getloadavg()[0]
     clocks = {name: plan.fault.clock(name) for name in WORKERS if plan.fault.clock(name)}
     (folder / CLOCKS).write_text(json.dumps(clocks))
