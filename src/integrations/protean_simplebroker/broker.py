@@ -30,6 +30,7 @@ from simplebroker_redis.tasks import index_key
 
 from . import config, reports
 from .dlq import DeadLetters
+from .errors import UnconfirmedPublish
 from .groups import Groups
 from .inflight import InFlight, Taken
 from .messages import ENVELOPE_OVERHEAD, log_key, serialize
@@ -140,8 +141,14 @@ class SimpleBrokerBroker(BaseBroker):
 
         Idempotent by the message's ID (``metadata.headers.id``): published
         again within ``DEDUPE_SECONDS`` (by Protean's own retry after a
-        connection error, or by the caller after ``OutcomeUnknown``), it is
-        stored once and the first ID is returned.
+        connection error, or by the caller after ``OutcomeUnknown`` or
+        :class:`~.errors.UnconfirmedPublish`), it is stored once and the
+        first ID is returned.
+
+        Raises:
+            UnconfirmedPublish: With ``WAIT_REPLICAS``/``WAIT_AOF``: stored
+                on the primary, not confirmed by a replica in time.
+
         """
         return self._append(stream, message, dedupe=True)
 
@@ -161,17 +168,20 @@ class SimpleBrokerBroker(BaseBroker):
         own_id = message_id(message)
         key = index_key(FRAMEWORK, own_id) if own_id else ""
         once = log_key(log, own_id) if dedupe else None
+        unconfirmed: ReplicationTimeout | None = None
         try:
             identifier = self.store.write(log, body, key, dedupe_key=once)
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
-            # Written on the primary; re-publishing would deliver it twice.
-            logger.warning("publish to %s not confirmed by a replica: %s", stream, exc)
-            identifier = exc.result
+            # Stored on the primary (its consumers may have it), but a
+            # failover may still lose it: the caller must know (issue 42).
+            identifier, unconfirmed = exc.result, exc
         self.store.notify(log)
         if self.store.task_stats is not None:
             self.store.task_stats.enqueued(message_type(message))
+        if unconfirmed is not None:
+            raise UnconfirmedPublish(stream, str(identifier)) from unconfirmed
         return str(identifier)
 
     # -- consuming ------------------------------------------------------------------------
@@ -254,8 +264,13 @@ class SimpleBrokerBroker(BaseBroker):
         taken = self._inflight.get(key, identifier)
         if taken is None:
             return False
-        done = self.store.ack(taken.held)  # an error keeps it held: the caller may retry
-        self._inflight.drop(key, identifier)
+        try:
+            done = self.store.ack(taken.held)
+        finally:
+            # Protean does not retry an acknowledgement: one that failed for
+            # good lets the copy go (on Redis it returns after its lease)
+            # rather than hold it, renewed, forever (issue 42).
+            self._inflight.drop(key, identifier)
         self._count_run(taken, ok=True)
         if not done:
             logger.warning(
