@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import papp
 import pytest
 from test_protean_engine import publish_orders
@@ -80,3 +83,36 @@ def test_an_acknowledgement_that_fails_for_good_lets_the_copy_go(
             lambda: broker.read("jobs", "g", 1), timeout=30, interval=0.1, what="the redelivery"
         )
     assert [i for i, _ in redelivered] == [identifier]
+
+
+def test_a_subscription_read_waits_while_another_groups_message_is_in_a_handler(broker):
+    """A read of an owned group hands nothing out while another owned group's message runs.
+
+    Protean's handlers run one at a time on its event loop: a copy handed
+    out meanwhile would wait, checked, for that handler, and a stop of
+    the process then would start it past its lease.
+    """
+    for group in ("a", "b"):
+        broker._mark_subscription_owned("jobs", group)
+    broker.publish("jobs", {"n": 1})
+    [(first, _)] = broker.read("jobs", "a", 1)  # "in a handler" until settled
+    assert broker.read("jobs", "b", 1) == []  # does not wait: returns nothing
+    started = time.monotonic()
+    assert broker.read_blocking("jobs", "b", "c", timeout_ms=300) == []
+    assert time.monotonic() - started >= 0.25  # waited its whole timeout
+    got: list[list[tuple[str, dict]]] = []
+    reader = threading.Thread(
+        target=lambda: got.append(broker.read_blocking("jobs", "b", "c", timeout_ms=1000))
+    )
+    reader.start()
+    assert broker.ack("jobs", first, "a")  # the handler ended: the read goes on
+    reader.join()
+    assert [[payload for _, payload in taken] for taken in got] == [[{"n": 1}]]
+    broker.publish("jobs", {"n": 2})
+    # A group's own next read does not wait for its own last message (its
+    # subscription reads only once it handled it).
+    [(b_second, payload)] = broker.read("jobs", "b", 1)
+    assert payload == {"n": 2}
+    assert broker.read("jobs", "a", 1) == []  # b's is in a handler now
+    assert broker.ack("jobs", b_second, "b")
+    assert [p for _, p in broker.read("jobs", "a", 1)] == [{"n": 2}]

@@ -73,6 +73,7 @@ class SimpleBrokerBroker(BaseBroker):
         self._store_: Store | None = None
         self._groups_: Groups | None = None
         self._guard = threading.RLock()
+        self._handing = threading.Lock()  #: held by a read of an owned group (see _take)
         self._inflight = InFlight()
         self._owned: set[tuple[str, str]] = set()
         self._consumers: dict[str, set[str]] = {}
@@ -185,17 +186,31 @@ class SimpleBrokerBroker(BaseBroker):
         return str(identifier)
 
     # -- consuming ------------------------------------------------------------------------
-    def _take(self, stream: str, group: str, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """Return up to ``count`` messages for this consumer (see :mod:`.reads`)."""
-        return take(
-            self.store,
-            self.groups,
-            self._inflight,
-            stream,
-            group,
-            count,
-            owned=(stream, group) in self._owned,
-        )
+    def _take(
+        self, stream: str, group: str, count: int, until: float = 0.0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Return up to ``count`` messages for this consumer (see :mod:`.reads`).
+
+        A read of a group a Protean subscription owns hands out a message
+        only while no other subscription's handler of this process runs,
+        waiting for that until ``until`` (``time.monotonic()``; the past: no
+        wait) and returning nothing past it: what it returns starts at once,
+        so it never waits in this process, checked but not started, while a
+        stop outlasts its lease (see :mod:`.inflight`).
+        """
+        key = (stream, group)
+        if key not in self._owned:
+            return take(self.store, self.groups, self._inflight, stream, group, count, owned=False)
+        # One such read at a time: two could each pass the wait, and the
+        # second's message would wait for the first's handler.
+        if not self._handing.acquire(timeout=max(0.0, until - time.monotonic())):
+            return []
+        try:
+            if not self._inflight.wait_idle(key, until):
+                return []
+            return take(self.store, self.groups, self._inflight, stream, group, count, owned=True)
+        finally:
+            self._handing.release()
 
     def _get_next(self, stream: str, consumer_group: str) -> tuple[str, dict[str, Any]] | None:
         """Reserve the group's next message."""
@@ -248,7 +263,7 @@ class SimpleBrokerBroker(BaseBroker):
         deadline = time.monotonic() + min(timeout_ms, MAX_BLOCK_MS) / 1000
         while True:
             for stream in streams:
-                taken = self._take(stream, consumer_group, count)
+                taken = self._take(stream, consumer_group, count, until=deadline)
                 if taken:
                     result[stream] = taken
                     return result

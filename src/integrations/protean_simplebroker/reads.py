@@ -9,7 +9,10 @@ reads. Every message is checked against its lease right before it is
 returned (``Store.startable``): one whose lease ran out while the process
 was stopped, or cut off from the server, is handed back unstarted, and one
 another consumer recovered meanwhile is forgotten. Neither reaches a
-handler here.
+handler here. A read of an owned group makes that check only once no
+other subscription's handler of the process runs (the broker waits with
+``InFlight.wait_idle``), so what it returns starts at once, not after a
+handler during which the process may have been stopped.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ def take(
         if not _reserve(store, groups, inflight, key, count - len(out), owned=owned):
             break
         out += _startable(store, inflight, key, inflight.take_waiting(key, want - len(out)))
+    if owned:  # its subscription starts it at once: in a handler (see .inflight)
+        inflight.handed(key, [identifier for identifier, _ in out])
     return out
 
 
