@@ -46,7 +46,9 @@ def test_a_publish_no_replica_confirmed_raises_and_is_stored_once(make_broker, b
     publish_orders(broker, ("warm", "ok"))  # the domain, initialized
     with papp.domain.domain_context():
         message = papp.order_message("o1", "ok")
-        with pytest.raises(UnconfirmedPublish, match="may be lost on a failover") as raised:
+        with pytest.raises(
+            UnconfirmedPublish, match="whether it survives a failover is unknown"
+        ) as raised:
             unconfirmed.publish(papp.STREAM, message)
         assert isinstance(raised.value, ReplicationTimeout)  # caught as the backend's too
         assert isinstance(raised.value.__cause__, ReplicationTimeout)

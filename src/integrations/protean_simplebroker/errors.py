@@ -30,8 +30,8 @@ class UnconfirmedPublish(ReplicationTimeout):
         # The backend's ReplicationTimeout (the shortfall) is its __cause__.
         super().__init__(
             f"message {identifier} was stored in stream {stream!r} on the primary, but not "
-            "confirmed by a replica in time; it may be lost on a failover: publish it "
-            "again (idempotent by its message ID) to make sure",
+            "confirmed by a replica in time: whether it survives a failover is unknown; "
+            "publish it again (idempotent by its message ID) to make sure",
             result=identifier,
         )
         self.stream = stream
