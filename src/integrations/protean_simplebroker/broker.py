@@ -35,7 +35,7 @@ from .groups import Groups
 from .inflight import InFlight, Taken
 from .messages import ENVELOPE_OVERHEAD, log_key, serialize
 from .names import Layout
-from .reads import take
+from .reads import take_when_idle
 from .store import Store
 from .taskformat import FRAMEWORK, message_id, message_type
 
@@ -143,13 +143,8 @@ class SimpleBrokerBroker(BaseBroker):
         Idempotent by the message's ID (``metadata.headers.id``): published
         again within ``DEDUPE_SECONDS`` (by Protean's own retry after a
         connection error, or by the caller after ``OutcomeUnknown`` or
-        :class:`~.errors.UnconfirmedPublish`), it is stored once and the
-        first ID is returned.
-
-        Raises:
-            UnconfirmedPublish: With ``WAIT_REPLICAS``/``WAIT_AOF``: stored
-                on the primary, not confirmed by a replica in time.
-
+        ``UnconfirmedPublish``: stored on the primary, no replica confirmed
+        it in time), it is stored once and the first ID is returned.
         """
         return self._append(stream, message, dedupe=True)
 
@@ -169,48 +164,25 @@ class SimpleBrokerBroker(BaseBroker):
         own_id = message_id(message)
         key = index_key(FRAMEWORK, own_id) if own_id else ""
         once = log_key(log, own_id) if dedupe else None
-        unconfirmed: ReplicationTimeout | None = None
         try:
             identifier = self.store.write(log, body, key, dedupe_key=once)
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
-            # Stored on the primary (its consumers may have it), but a
-            # failover may still lose it: the caller must know (issue 42).
-            identifier, unconfirmed = exc.result, exc
+            self.store.notify(log)  # stored on the primary; a failover may lose it
+            raise UnconfirmedPublish(stream, str(exc.result)) from exc
         self.store.notify(log)
         if self.store.task_stats is not None:
             self.store.task_stats.enqueued(message_type(message))
-        if unconfirmed is not None:
-            raise UnconfirmedPublish(stream, str(identifier)) from unconfirmed
         return str(identifier)
 
     # -- consuming ------------------------------------------------------------------------
     def _take(
         self, stream: str, group: str, count: int, until: float = 0.0
     ) -> list[tuple[str, dict[str, Any]]]:
-        """Return up to ``count`` messages for this consumer (see :mod:`.reads`).
-
-        A read of a group a Protean subscription owns hands out a message
-        only while no other subscription's handler of this process runs,
-        waiting for that until ``until`` (``time.monotonic()``; the past: no
-        wait) and returning nothing past it: what it returns starts at once,
-        so it never waits in this process, checked but not started, while a
-        stop outlasts its lease (see :mod:`.inflight`).
-        """
-        key = (stream, group)
-        if key not in self._owned:
-            return take(self.store, self.groups, self._inflight, stream, group, count, owned=False)
-        # One such read at a time: two could each pass the wait, and the
-        # second's message would wait for the first's handler.
-        if not self._handing.acquire(timeout=max(0.0, until - time.monotonic())):
-            return []
-        try:
-            if not self._inflight.wait_idle(key, until):
-                return []
-            return take(self.store, self.groups, self._inflight, stream, group, count, owned=True)
-        finally:
-            self._handing.release()
+        """Return up to ``count`` messages for this consumer (:func:`.reads.take_when_idle`)."""
+        parts = (self.store, self.groups, self._inflight, self._handing, stream, group, count)
+        return take_when_idle(*parts, owned=(stream, group) in self._owned, until=until)
 
     def _get_next(self, stream: str, consumer_group: str) -> tuple[str, dict[str, Any]] | None:
         """Reserve the group's next message."""
@@ -282,9 +254,7 @@ class SimpleBrokerBroker(BaseBroker):
         try:
             done = self.store.ack(taken.held)
         finally:
-            # Protean does not retry an acknowledgement: one that failed for
-            # good lets the copy go (on Redis it returns after its lease)
-            # rather than hold it, renewed, forever (issue 42).
+            # Protean never retries an ack: a failed one lets the copy go (issue 42).
             self._inflight.drop(key, identifier)
         self._count_run(taken, ok=True)
         if not done:
