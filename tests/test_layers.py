@@ -381,6 +381,7 @@ PROTEAN_LAYERS: dict[str, int] = {
     "messages": 0,
     "liveness": 0,
     "taskformat": 0,  # how the dashboard reads stored messages
+    "errors": 0,  # the provider's own exceptions
     # 1: the broker table's settings, recorded failures
     "config": 1,
     "failures": 1,
