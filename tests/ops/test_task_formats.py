@@ -187,7 +187,8 @@ def test_a_dramatiq_message_and_its_results_read_back(runner: RedisRunner) -> No
             assert text in (outcome.result if state == "SUCCESS" else outcome.error)
         # The dashboard's search: pending with its stored result, then done once it is gone.
         [item] = find_on_dashboard(runner, sent.message_id)
-        assert (item["framework"], item["state"], item["name"]) == ("dramatiq", "pending", "app.add")
+        assert (item["framework"], item["state"]) == ("dramatiq", "pending")
+        assert item["name"] == "app.add"
         assert item["result"]["state"] == "SUCCESS"
         broker.flush("dq")
         [item] = find_on_dashboard(runner, sent.message_id)
