@@ -488,6 +488,10 @@ def test_a_failed_dramatiq_task_is_dead_lettered_then_retried_from_the_page_unti
     card = found(page, "dramatiq", "dead")
     assert "dramatiq.XQ" in text(card, "dd.queue")
     assert text(card, "dd.error").startswith("ValueError")
+    # Its dead-letter queue is listed too (the next live reading, at most 2 s on).
+    page.wait_for_selector("#dead tr[data-queue='dramatiq.XQ']", timeout=30_000)
+    assert cell(page, "dead", "dramatiq.XQ", "count") == "1"
+    assert page.input_value("#dead tr[data-queue='dramatiq.XQ'] input.target") == "dramatiq"
     shot(page, "dramatiq-dead-letter")
     (ops.dir / "release-poison-dq").touch()  # it succeeds from now on
     page.click(f"#dead-tasks tr[data-task='{message_id}'] button.retry-one")

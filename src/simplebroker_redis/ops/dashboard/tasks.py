@@ -331,11 +331,25 @@ class Reader:
             return journaled
         if info is not None and info.origin:
             return info.origin
-        for candidate in (fmt, *self.formats):
-            found = candidate.source_queue(queue) if candidate is not None else None
-            if found:
-                return found
-        return queue.removesuffix(".dead") if queue.endswith(".dead") else ""
+        return source_of(queue, (*((fmt,) if fmt is not None else ()), *self.formats))
+
+
+def source_of(dead_letter_queue: str, formats: Sequence[TaskFormat] | None = None) -> str:
+    """Return the queue ``dead_letter_queue``'s messages most likely came from ('' unknown).
+
+    A format's answer (Dramatiq's ``<queue>.XQ``, a Protean group's), else
+    the name without ``.dead``.
+    """
+    for candidate in task_formats() if formats is None else formats:
+        try:
+            found = candidate.source_queue(dead_letter_queue)
+        except Exception:  # noqa: BLE001 - a format's bug: no answer
+            found = None
+        if found:
+            return found
+    if dead_letter_queue.endswith(".dead"):
+        return dead_letter_queue.removesuffix(".dead")
+    return ""
 
 
 def _framework_of(location: TaskLocation) -> str:

@@ -142,7 +142,7 @@ function renderDead(state) {
   body.replaceChildren();
   const dead = state.queues.filter((q) => q.dead_letter);
   for (const q of dead) {
-    const target = el("input", { type: "text", value: q.name.endsWith(".dead") ? q.name.slice(0, -5) : "",
+    const target = el("input", { type: "text", value: q.source || "",
                                   "aria-label": `requeue ${q.name} to`, class: "target" });
     const buttons = el("td", {},
       el("button", { class: "link", onclick: () => openDetail(q.name) }, "messages"));
