@@ -21,12 +21,10 @@
 -- Returns: {stored (1 or 0: fenced), settled, lost} (settled and lost as in
 -- settle.lua; both 0 without a token).
 -- Raises (before any write): ARG (a malformed expiry or key list), WRONGTYPE.
-local pointer = nil
-if #KEYS == FIXED_KEYS + 2 then
-  pointer = KEYS[FIXED_KEYS + 2]
-  if not ARGV[7] or ARGV[7] == '' then fail('ARG', 'a result of a message ID needs its message key') end
-else
-  dramatiq_key_count(1)
+if #KEYS ~= FIXED_KEYS + 2 then dramatiq_key_count(1) end
+local pointer = KEYS[FIXED_KEYS + 2]
+if pointer and (not ARGV[7] or ARGV[7] == '') then
+  fail('ARG', 'a result of a message ID needs its message key')
 end
 local entry = KEYS[FIXED_KEYS + 1]
 local value, queue, token = ARGV[2], ARGV[4], ARGV[5]
