@@ -19,6 +19,8 @@ from simplebroker_redis.queue_names import shown_queue
 from simplebroker_redis.types import QueueView
 from simplebroker_redis.validation import validate_queue_name
 
+from .tasks import source_of
+
 
 async def perform(
     runner: AsyncRedisRunner, queue: str, action: str, body: dict[str, Any]
@@ -96,7 +98,7 @@ def queue_json(
                     item["reason"] = "rejected by its worker, or dead-lettered and reported"
             messages.append(item)
         states[part.state] = {"count": part.count, "messages": messages}
-    requeue_to = name.removesuffix(".dead") if name.endswith(".dead") else ""
+    requeue_to = source_of(name) if dead else ""
     return {
         "queue": name,
         "shown": shown_queue(name),

@@ -32,7 +32,7 @@ from simplebroker_redis.types import Snapshot
 
 from ..observe import NamespaceState, combine
 from ..task_summary import names_table, series
-from .tasks import Reader
+from .tasks import Reader, source_of
 
 logger = logging.getLogger("simplebroker_redis.dashboard")
 
@@ -85,6 +85,7 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
         counters.setdefault(queue, {})[event] = value
     queues = []
     for depth in state.queues:
+        dead = depth.queue in state.dead_letter_queues
         age = None
         if depth.oldest_pending_us is not None:
             age = max(0.0, (state.now_us - depth.oldest_pending_us) / 1e6)
@@ -98,7 +99,9 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
                 "delayed": depth.delayed,
                 "claimed": depth.claimed,
                 "oldest_age": age,
-                "dead_letter": depth.queue in state.dead_letter_queues,
+                "dead_letter": dead,
+                # Where "retry all" sends a dead-letter queue's messages ('' unknown).
+                "source": source_of(depth.queue) if dead else "",
                 "counters": counters.get(depth.queue, {}),
             }
         )
