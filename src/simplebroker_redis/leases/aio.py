@@ -6,8 +6,8 @@ import dataclasses
 from typing import TypeVar
 
 from ..calls import Call
-from ..leases import LeaseCalls
-from .runner import AsyncRedisRunner
+from ..runner.aio import AsyncRedisRunner
+from .sync import LeaseCalls
 
 R = TypeVar("R")
 

@@ -29,7 +29,7 @@ delivery goes to the ``dead_letter`` queue instead of being redelivered.
 :class:`~simplebroker_redis.calls.Call`. :class:`Leases` runs them on a
 :class:`~simplebroker_redis.RedisRunner`; :class:`LeaseCalls` returns the
 calls themselves, and its asyncio subclass,
-:class:`~simplebroker_redis.aio.AsyncLeases`, returns them bound to an
+:class:`~simplebroker_redis.AsyncLeases`, returns them bound to an
 asyncio runner, ready to ``await``. SimpleBroker's ``at_least_once``
 generators are the special case whose lease is ``stale_batch_seconds``.
 """
@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from . import calls
-from .calls import Call
-from .keys import Keyspace, format_id
-from .runner import RedisRunner
-from .types import Settlement, SettleMode
-from .validation import validate_queue_name
+from .. import calls
+from ..calls import Call
+from ..keys import Keyspace, format_id
+from ..runner import RedisRunner
+from ..types import Settlement, SettleMode
+from ..validation import validate_queue_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -149,7 +149,7 @@ class LeaseCalls(Reservations):
     """The reservation operations of one namespace, each returning its typed call.
 
     ``bind`` is applied to every call: the identity here, a binding to an
-    asyncio runner for :class:`~simplebroker_redis.aio.AsyncLeases` (whose
+    asyncio runner for :class:`~simplebroker_redis.AsyncLeases` (whose
     callers await the calls).
     """
 
