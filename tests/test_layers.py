@@ -22,7 +22,9 @@ so a new module cannot slip in unnoticed. Function-level imports count too.
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -256,6 +258,74 @@ def test_nothing_but_its_commands_imports_the_ops_wing():
         if importer != "ops" and not importer.startswith("ops.") and importer not in OPS_COMMANDS
     }
     assert {importer: found for importer, found in outside.items() if found} == {}
+
+
+#: Each asyncio twin in a module of its own, and its sync twin beside it (same
+#: package). A class ``AsyncX`` anywhere else must share its module with ``X``.
+ASYNC_TWINS: dict[str, tuple[str, str]] = {
+    "runner.aio": ("runner.sync", "RedisRunner"),
+    "activity.aio": ("activity.listener", "WakeupListener"),
+    "leases.aio": ("leases.sync", "Leases"),
+    "core.aio_messages": ("core._messages", "MessagesMixin"),
+}
+
+
+def _classes(name: str) -> set[str]:
+    path = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    if not path.exists():
+        path = ROOT.joinpath(*name.split("."), "__init__.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _package_of(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def test_each_asyncio_twin_sits_beside_its_sync_twin():
+    """No folder of asyncio code apart: an ``Async*`` class lives by its sync twin's concern."""
+    assert not (ROOT / "aio").exists()
+    apart = []
+    for name in import_graph():
+        classes = _classes(name)
+        for cls in sorted(c for c in classes if c.startswith("Async")):
+            if name in ASYNC_TWINS:
+                twin, twin_class = ASYNC_TWINS[name]
+                assert _package_of(twin) == _package_of(name), (name, twin)
+                assert twin_class in _classes(twin), (twin, twin_class)
+            elif cls.removeprefix("Async") not in classes:
+                apart.append(f"{name}.{cls}")
+    assert apart == []
+
+
+def _operations(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(cls).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+
+
+def test_the_lease_objects_are_twins_of_one_liners_over_calls():
+    """One way to run a call: each lease operation is one ``runner.run(calls.<builder>(...))``."""
+    from simplebroker_redis import AsyncLeases, Leases, calls
+
+    sync, asyncio_ = _operations(Leases), _operations(AsyncLeases)
+    assert sync == asyncio_  # the same operations, the same arguments
+    for cls in (Leases, AsyncLeases):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in sync:
+                body = node.body[1:] if ast.get_docstring(node) else node.body
+                assert len(body) == 1 and isinstance(body[0], ast.Return), node.name
+                run = body[0].value
+                run = run.value if isinstance(run, ast.Await) else run
+                assert isinstance(run, ast.Call) and ast.unparse(run.func) == "self.runner.run"
+                built = run.args[0]
+                assert isinstance(built, ast.Call), node.name
+                builder = ast.unparse(built.func)
+                assert builder.startswith("calls."), (node.name, builder)
+                assert hasattr(calls, builder.removeprefix("calls.")), builder
 
 
 def _top_level_imports(path: Path) -> set[str]:

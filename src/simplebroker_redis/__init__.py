@@ -22,7 +22,7 @@ from .errors import (
     ReservationLost,
 )
 from .keys import DEFAULT_NAMESPACE, Keyspace
-from .leases import AsyncLeases, LeaseCalls, Leases
+from .leases import AsyncLeases, Leases
 from .options import BackendOptions
 from .plugin import RedisBackendPlugin, redis_backend_plugin
 from .runner import AsyncRedisRunner, RedisRunner
@@ -50,7 +50,6 @@ __all__ = [
     "InvalidTarget",
     "Keyspace",
     "Lease",
-    "LeaseCalls",
     "LeasedMessage",
     "Leases",
     "OutcomeUnknown",
