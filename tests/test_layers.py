@@ -328,6 +328,39 @@ def test_the_lease_objects_are_twins_of_one_liners_over_calls():
                 assert hasattr(calls, builder.removeprefix("calls.")), builder
 
 
+#: Each framework's room in the core: its calls, keys and reply types (its Lua
+#: is in ``lua/<room>/``, see ``scripts.ROOMS``). The core imports no room but
+#: the ``calls`` facade re-exporting the builders; an integration none but its own.
+ROOMS: dict[str, str] = {
+    "celery_simplebroker": "calls.celery",
+    "taskiq_simplebroker": "calls.schedules",
+    "dramatiq_simplebroker": "calls.dramatiq",
+}
+
+
+def test_no_module_of_the_core_imports_a_frameworks_room():
+    rooms = set(ROOMS.values())
+    found = {
+        importer: sorted(targets & rooms)
+        for importer, targets in import_graph().items()
+        if importer not in rooms and importer != "calls"
+    }
+    assert {importer: names for importer, names in found.items() if names} == {}
+
+
+def _room_names() -> dict[str, str]:
+    """Return every name a room defines (its builders, keys, types) -> the room."""
+    import importlib
+
+    owner: dict[str, str] = {}
+    for room in ROOMS.values():
+        module = importlib.import_module(f"{PACKAGE}.{room}")
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) == module.__name__:
+                owner[name] = room
+    return owner
+
+
 def _top_level_imports(path: Path) -> set[str]:
     """Return the first component of every absolute import in ``path`` (any nesting level)."""
     found: set[str] = set()
@@ -609,3 +642,44 @@ def test_the_integration_check_finds_a_cycle_and_its_names(tmp_path, monkeypatch
     graph = integration_graph("pkg")
     assert graph == {"": set(), "a": {"b"}, "b": {"a"}}
     assert cycles(graph) == [["a", "b", "a"]]
+
+
+def rooms_reached(source: str, owner: dict[str, str]) -> set[str]:
+    """Return the rooms ``source`` imports from or calls into (``calls.<a room's name>``)."""
+    rooms, reached = set(owner.values()), set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module = node.module.removeprefix(PACKAGE + ".")
+            if module in rooms:
+                reached.add(module)
+            elif module == "calls":
+                for alias in node.names:
+                    room = f"calls.{alias.name}"
+                    reached.add(room if room in rooms else owner.get(alias.name, ""))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "calls" and node.attr in owner:
+                reached.add(owner[node.attr])
+    return reached - {""}
+
+
+@pytest.mark.parametrize("package", INTEGRATION_PACKAGES)
+def test_an_integration_uses_no_other_frameworks_room(package):
+    """Celery's calls, keys and types are Celery's: no other integration reaches into them."""
+    owner, reached = _room_names(), set()
+    for path in (INTEGRATIONS / package).rglob("*.py"):
+        reached |= rooms_reached(path.read_text(encoding="utf-8"), owner)
+    assert reached - {ROOMS.get(package)} == set()
+
+
+def test_the_room_check_sees_a_builder_of_another_room():
+    owner = _room_names()
+    assert owner["celery_store"] == "calls.celery"
+    assert owner["entry_key"] == "calls.celery"
+    assert owner["schedule_claim"] == "calls.schedules"
+    assert owner["dramatiq_store"] == "calls.dramatiq"
+    source = (
+        "from simplebroker_redis import calls\n"
+        "from simplebroker_redis.calls import celery as c, LostRun\n"
+        "calls.dramatiq_store\ncalls.reserve\n"
+    )
+    assert rooms_reached(source, owner) == {"calls.celery", "calls.schedules", "calls.dramatiq"}

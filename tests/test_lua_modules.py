@@ -27,7 +27,7 @@ from simplebroker_redis.keys import FIXED_KEYS, ID_WIDTH, MAGIC, MAX_ID, SCHEMA_
 from support.luakeys import tokenize
 
 LUA = Path(simplebroker_redis.__file__).parent / "lua"
-MODULES = sorted(path.stem for path in (LUA / "lib").glob("*.lua"))
+MODULES = sorted(path.stem for path in LUA.rglob("lib/*.lua"))
 
 _DEFINITION = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
 _KEYWORDS = frozenset(
@@ -77,8 +77,8 @@ def unused_declarations(text: str) -> list[str]:
     return [module for module in scripts.declared_uses(text) if not used & PROVIDES[module]]
 
 
-FILES = [(f"lib/{m}.lua", scripts.module_source(m), m) for m in MODULES] + [
-    (f"{name}.lua", scripts.script_body(name), "") for name in scripts.SCRIPT_NAMES
+FILES = [(scripts.module_file(m), scripts.module_source(m), m) for m in MODULES] + [
+    (scripts.script_file(name), scripts.script_body(name), "") for name in scripts.SCRIPT_NAMES
 ]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from taskiq.kicker import AsyncKicker
 
 from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis.calls import celery as celery_calls
 from simplebroker_redis.tasks import TaskFormat, describe, task_formats
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 
@@ -88,7 +89,7 @@ def test_a_celery_message_and_its_results_read_back(runner: RedisRunner) -> None
     bad = celery.outcome(json.dumps(meta))
     assert bad is not None and (bad.state, bad.error) == ("FAILURE", "KeyError: k")
     assert bad.traceback.startswith("Traceback")
-    key = runner.keys.celery_entry(f"celery-task-meta-{sent.id}")
+    key = celery_calls.entry_key(runner.keys, f"celery-task-meta-{sent.id}")
     assert celery.result_keys(runner.keys, sent.id) == (key,)
 
 
