@@ -9,6 +9,8 @@ import pytest
 from simplebroker.ext import DataError, OperationalError
 
 from simplebroker_redis import (
+    AsyncLeases,
+    AsyncRedisRunner,
     Leases,
     RedisRunner,
     ReplicationTimeout,
@@ -16,7 +18,6 @@ from simplebroker_redis import (
     ReservationLost,
     calls,
 )
-from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.types import DeadLetterAck, Lease, MultiLease, ValueWrite

@@ -12,8 +12,8 @@ from typing import Any
 
 from taskiq.kicker import AsyncKicker
 
-from simplebroker_redis import RedisRunner, calls
-from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner, RedisRunner, calls
+from simplebroker_redis.calls import celery as celery_calls
 from simplebroker_redis.ops.dashboard.live import read_state
 from simplebroker_redis.ops.dashboard.tasks import Reader
 from simplebroker_redis.queue_names import storage_queue
@@ -92,7 +92,7 @@ def test_a_celery_message_and_its_results_read_back(runner: RedisRunner) -> None
     bad = celery.outcome(json.dumps(meta))
     assert bad is not None and (bad.state, bad.error) == ("FAILURE", "KeyError: k")
     assert bad.traceback.startswith("Traceback")
-    key = runner.keys.celery_entry(f"celery-task-meta-{sent.id}")
+    key = celery_calls.entry_key(runner.keys, f"celery-task-meta-{sent.id}")
     assert celery.result_keys(runner.keys, sent.id) == (key,)
 
 

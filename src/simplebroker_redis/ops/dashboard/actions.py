@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from simplebroker_redis.aio.runner import AsyncRedisRunner
 from simplebroker_redis.calls import delete_ids, delete_queues
 from simplebroker_redis.calls.operations import dead_letter_requeue
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.types import QueueView
 from simplebroker_redis.validation import validate_queue_name
 

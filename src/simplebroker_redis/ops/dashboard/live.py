@@ -3,7 +3,7 @@
 :class:`LiveState` reads the namespace (``depths.lua``, one round trip)
 whenever a queue's wake-up channel hears something (every script that
 makes a message pending, delayed or released publishes there; see
-:mod:`simplebroker_redis.aio.activity`), and at least every ``refresh`` seconds, for what
+:mod:`simplebroker_redis.activity.aio`), and at least every ``refresh`` seconds, for what
 publishes nothing (acknowledgements, new queues, workers' beats). Each
 reading that differs from the last goes to every connected page as a
 server-sent event (``state``); pages never poll. Readings are at most
@@ -23,11 +23,11 @@ import json
 import logging
 from typing import Any, Final
 
-from simplebroker_redis.aio.activity import AsyncActivity
-from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis.activity import AsyncActivity
 from simplebroker_redis.calls import depths
 from simplebroker_redis.calls.tasks import task_stats_read
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.types import Snapshot
 
 from ..observe import NamespaceState, combine

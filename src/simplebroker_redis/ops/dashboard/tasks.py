@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from simplebroker_redis.aio.runner import AsyncRedisRunner
 from simplebroker_redis.calls import peek, running
 from simplebroker_redis.calls.operations import inspect
 from simplebroker_redis.calls.tasks import task_find
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.tasks.formats import (
     Lookups,
     TaskFormat,
