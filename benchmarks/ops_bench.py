@@ -225,8 +225,7 @@ def counter_cost(server: Server, *, reps: int, quick: bool, progress: Any = None
 
 def scrape(server: Server, *, sizes: tuple[int, ...] = (1000, 10000)) -> dict[str, Any]:
     """Fill namespaces of ``sizes`` queues; time one reading of each."""
-    from simplebroker_redis import RedisRunner
-    from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+    from simplebroker_redis import AsyncMessages, AsyncRedisRunner, RedisRunner
     from simplebroker_redis.ops.observe import read_namespace
 
     client = redis.Redis.from_url(server.url)

@@ -24,8 +24,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from simplebroker_redis import RedisRunner
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevCluster, DevSentinelGroup, DevServer
 from support.contract import backend_kind, open_core, sb  # noqa: F401 - fixtures for every test

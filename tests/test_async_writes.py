@@ -11,8 +11,7 @@ import time
 import pytest
 from simplebroker.ext import DataError, MessageError, QueueNameError
 
-from simplebroker_redis import RedisRunner
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from support.recording import record_scripts
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import warnings
 
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
-from simplebroker_redis.aio.activity import AsyncActivity
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis.activity import AsyncActivity
 
 TOPOLOGIES = ("single", "cluster", "sentinel")
 

@@ -14,10 +14,9 @@ import threading
 
 import pytest
 
-from simplebroker_redis import RedisRunner
-from simplebroker_redis.activity import open_waiter
+from simplebroker_redis import AsyncRedisRunner, RedisRunner
+from simplebroker_redis.activity import AsyncActivity, open_waiter
 from simplebroker_redis.activity.outage import PING_INTERVAL, PING_TIMEOUT
-from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from support.faultproxy import FaultProxy

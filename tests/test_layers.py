@@ -22,7 +22,9 @@ so a new module cannot slip in unnoticed. Function-level imports count too.
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -81,11 +83,13 @@ LAYERS: dict[str, int] = {
     "runner.registry": 2,
     "runner.sync": 2,
     "runner.wire": 2,
-    "aio.runner": 2,
-    "aio.tasks": 0,
+    "runner.aio": 2,
+    "loop_tasks": 0,  # stopping background tasks of the event loop
     # 3: namespace lifecycle, leases, activity, async writes
     "namespace": 3,
     "leases": 3,
+    "leases.sync": 3,
+    "leases.aio": 3,
     "holdings": 3,
     "activity": 3,
     "activity.outage": 3,
@@ -93,9 +97,7 @@ LAYERS: dict[str, int] = {
     "activity.listener": 3,
     "activity.registry": 3,
     "activity.waiter": 3,
-    "aio.leases": 3,
-    "aio.activity": 3,
-    "aio.writes": 3,
+    "activity.aio": 3,
     "heartbeat": 3,
     "server": 3,  # which server and which config: the tools' and integrations' one rule
     "workers": 3,
@@ -111,9 +113,9 @@ LAYERS: dict[str, int] = {
     "core._queues": 4,
     "core._aliases": 4,
     "core._selection": 4,
+    "core.aio_messages": 3,  # AsyncMessages: asyncio writes, beside the core's own
     # 5: plugin and public facades
     "plugin": 5,
-    "aio": 5,
     "": 5,  # the package's __init__
     # 5: the operations wing, and the modules that keep its `python -m` names
     "ops": 5,
@@ -224,7 +226,7 @@ def test_no_module_imports_from_a_higher_layer():
 def test_imports_form_no_cycle():
     graph = {name: {t for t in targets if t != name} for name, targets in import_graph().items()}
     # A package __init__ re-exporting its own submodules is the facade, not a cycle.
-    for facade in ("", "aio", "core"):
+    for facade in ("", "core"):
         graph[facade] = set()
     assert cycles(graph) == []
 
@@ -236,7 +238,7 @@ def test_imports_form_no_cycle():
         ("runner", "def f():\n    from . import plugin\n", False),
         ("core._base", "from ..plugin import redis_backend_plugin\n", False),
         ("keys", "import simplebroker_redis.runner\n", False),
-        ("aio.runner", "from ..leases import Leases\n", False),
+        ("runner.aio", "from ..leases import Leases\n", False),
     ],
 )
 def test_the_check_finds_an_upward_import(importer, source, is_package):
@@ -256,6 +258,107 @@ def test_nothing_but_its_commands_imports_the_ops_wing():
         if importer != "ops" and not importer.startswith("ops.") and importer not in OPS_COMMANDS
     }
     assert {importer: found for importer, found in outside.items() if found} == {}
+
+
+#: Each asyncio twin in a module of its own, and its sync twin beside it (same
+#: package). A class ``AsyncX`` anywhere else must share its module with ``X``.
+ASYNC_TWINS: dict[str, tuple[str, str]] = {
+    "runner.aio": ("runner.sync", "RedisRunner"),
+    "activity.aio": ("activity.listener", "WakeupListener"),
+    "leases.aio": ("leases.sync", "Leases"),
+    "core.aio_messages": ("core._messages", "MessagesMixin"),
+}
+
+
+def _classes(name: str) -> set[str]:
+    path = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    if not path.exists():
+        path = ROOT.joinpath(*name.split("."), "__init__.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _package_of(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def test_each_asyncio_twin_sits_beside_its_sync_twin():
+    """No folder of asyncio code apart: an ``Async*`` class lives by its sync twin's concern."""
+    assert not (ROOT / "aio").exists()
+    apart = []
+    for name in import_graph():
+        classes = _classes(name)
+        for cls in sorted(c for c in classes if c.startswith("Async")):
+            if name in ASYNC_TWINS:
+                twin, twin_class = ASYNC_TWINS[name]
+                assert _package_of(twin) == _package_of(name), (name, twin)
+                assert twin_class in _classes(twin), (twin, twin_class)
+            elif cls.removeprefix("Async") not in classes:
+                apart.append(f"{name}.{cls}")
+    assert apart == []
+
+
+def _operations(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(cls).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+
+
+def test_the_lease_objects_are_twins_of_one_liners_over_calls():
+    """One way to run a call: each lease operation is one ``runner.run(calls.<builder>(...))``."""
+    from simplebroker_redis import AsyncLeases, Leases, calls
+
+    sync, asyncio_ = _operations(Leases), _operations(AsyncLeases)
+    assert sync == asyncio_  # the same operations, the same arguments
+    for cls in (Leases, AsyncLeases):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in sync:
+                body = node.body[1:] if ast.get_docstring(node) else node.body
+                assert len(body) == 1 and isinstance(body[0], ast.Return), node.name
+                run = body[0].value
+                run = run.value if isinstance(run, ast.Await) else run
+                assert isinstance(run, ast.Call) and ast.unparse(run.func) == "self.runner.run"
+                built = run.args[0]
+                assert isinstance(built, ast.Call), node.name
+                builder = ast.unparse(built.func)
+                assert builder.startswith("calls."), (node.name, builder)
+                assert hasattr(calls, builder.removeprefix("calls.")), builder
+
+
+#: Each framework's room in the core: its calls, keys and reply types (its Lua
+#: is in ``lua/<room>/``, see ``scripts.ROOMS``). The core imports no room but
+#: the ``calls`` facade re-exporting the builders; an integration none but its own.
+ROOMS: dict[str, str] = {
+    "celery_simplebroker": "calls.celery",
+    "taskiq_simplebroker": "calls.schedules",
+    "dramatiq_simplebroker": "calls.dramatiq",
+}
+
+
+def test_no_module_of_the_core_imports_a_frameworks_room():
+    rooms = set(ROOMS.values())
+    found = {
+        importer: sorted(targets & rooms)
+        for importer, targets in import_graph().items()
+        if importer not in rooms and importer != "calls"
+    }
+    assert {importer: names for importer, names in found.items() if names} == {}
+
+
+def _room_names() -> dict[str, str]:
+    """Return every name a room defines (its builders, keys, types) -> the room."""
+    import importlib
+
+    owner: dict[str, str] = {}
+    for room in ROOMS.values():
+        module = importlib.import_module(f"{PACKAGE}.{room}")
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) == module.__name__:
+                owner[name] = room
+    return owner
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -382,6 +485,7 @@ PROTEAN_LAYERS: dict[str, int] = {
     "messages": 0,
     "liveness": 0,
     "taskformat": 0,  # how the dashboard reads stored messages
+    "errors": 0,  # the provider's own exceptions
     # 1: the broker table's settings, recorded failures
     "config": 1,
     "failures": 1,
@@ -406,6 +510,9 @@ DRAMATIQ_LAYERS: dict[str, int] = {
     "metrics": 0,
     "store": 1,
     "wakeups": 1,
+    # 1: what the dashboard reads of a message, the per actor counts
+    "taskformat": 1,
+    "taskstats": 1,
     # 2: the consumer and the messages it holds; 3: the result backend and the broker
     "consumer": 2,
     "results": 3,
@@ -540,3 +647,44 @@ def test_the_integration_check_finds_a_cycle_and_its_names(tmp_path, monkeypatch
     graph = integration_graph("pkg")
     assert graph == {"": set(), "a": {"b"}, "b": {"a"}}
     assert cycles(graph) == [["a", "b", "a"]]
+
+
+def rooms_reached(source: str, owner: dict[str, str]) -> set[str]:
+    """Return the rooms ``source`` imports from or calls into (``calls.<a room's name>``)."""
+    rooms, reached = set(owner.values()), set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module = node.module.removeprefix(PACKAGE + ".")
+            if module in rooms:
+                reached.add(module)
+            elif module == "calls":
+                for alias in node.names:
+                    room = f"calls.{alias.name}"
+                    reached.add(room if room in rooms else owner.get(alias.name, ""))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "calls" and node.attr in owner:
+                reached.add(owner[node.attr])
+    return reached - {""}
+
+
+@pytest.mark.parametrize("package", INTEGRATION_PACKAGES)
+def test_an_integration_uses_no_other_frameworks_room(package):
+    """Celery's calls, keys and types are Celery's: no other integration reaches into them."""
+    owner, reached = _room_names(), set()
+    for path in (INTEGRATIONS / package).rglob("*.py"):
+        reached |= rooms_reached(path.read_text(encoding="utf-8"), owner)
+    assert reached - {ROOMS.get(package)} == set()
+
+
+def test_the_room_check_sees_a_builder_of_another_room():
+    owner = _room_names()
+    assert owner["celery_store"] == "calls.celery"
+    assert owner["entry_key"] == "calls.celery"
+    assert owner["schedule_claim"] == "calls.schedules"
+    assert owner["dramatiq_store"] == "calls.dramatiq"
+    source = (
+        "from simplebroker_redis import calls\n"
+        "from simplebroker_redis.calls import celery as c, LostRun\n"
+        "calls.dramatiq_store\ncalls.reserve\n"
+    )
+    assert rooms_reached(source, owner) == {"calls.celery", "calls.schedules", "calls.dramatiq"}

@@ -13,15 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from simplebroker_redis.scripts import SCRIPT_NAMES, library, script_source
+from simplebroker_redis.scripts import ROOMS, SCRIPT_NAMES, library, script_file, script_source
 from support.luakeys import violations
 
 LUA_DIR = Path(__file__).resolve().parents[1] / "src" / "simplebroker_redis" / "lua"
 
 
 def test_every_lua_file_is_a_registered_script():
-    files = {path.stem for path in LUA_DIR.glob("*.lua")}
-    assert files == set(SCRIPT_NAMES)
+    files = {str(path.relative_to(LUA_DIR)) for path in LUA_DIR.rglob("*.lua")}
+    operations = {name for name in files if "lib/" not in name}
+    assert operations == {script_file(name) for name in SCRIPT_NAMES}
+
+
+def test_a_frameworks_scripts_live_in_its_room():
+    """The core's folder holds the core's scripts; each framework's are in ``lua/<room>/``."""
+    assert set(ROOMS) == {"celery", "taskiq", "dramatiq"}
+    for name in SCRIPT_NAMES:
+        room = next((room for room, (names, _) in ROOMS.items() if name in names), "")
+        assert script_file(name) == (f"{room}/{name}.lua" if room else f"{name}.lua")
+        assert not name.startswith(("celery_", "dramatiq_", "schedule_")) or room, name
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

@@ -4,12 +4,15 @@ Each script and each shared module under ``lua/lib`` names the modules it
 uses on its ``-- uses:`` line. These tests fail when a file uses a helper of
 a module it did not declare (or declares one it does not use), when a
 script raises an ``SBR_`` code that ``errors.SCRIPT_ERRORS`` does not
-translate, and when a Lua file spells out a KEYS index or a constant that
-the generated prelude defines from ``keys.py``.
+translate, when a script that can raise (itself, or through a function of
+its modules) says so on no ``-- Raises`` header line, and when a Lua file
+spells out a KEYS index or a constant that the generated prelude defines
+from ``keys.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from simplebroker_redis.keys import FIXED_KEYS, ID_WIDTH, MAGIC, MAX_ID, SCHEMA_
 from support.luakeys import tokenize
 
 LUA = Path(simplebroker_redis.__file__).parent / "lua"
-MODULES = sorted(path.stem for path in (LUA / "lib").glob("*.lua"))
+MODULES = sorted(path.stem for path in LUA.rglob("lib/*.lua"))
 
 _DEFINITION = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
 _KEYWORDS = frozenset(
@@ -74,8 +77,8 @@ def unused_declarations(text: str) -> list[str]:
     return [module for module in scripts.declared_uses(text) if not used & PROVIDES[module]]
 
 
-FILES = [(f"lib/{m}.lua", scripts.module_source(m), m) for m in MODULES] + [
-    (f"{name}.lua", scripts.script_body(name), "") for name in scripts.SCRIPT_NAMES
+FILES = [(scripts.module_file(m), scripts.module_source(m), m) for m in MODULES] + [
+    (scripts.script_file(name), scripts.script_body(name), "") for name in scripts.SCRIPT_NAMES
 ]
 
 
@@ -129,6 +132,80 @@ def test_every_raised_error_code_is_in_the_table_and_translated():
         assert generic not in str(error), code
         assert SCRIPT_ERRORS[code].meaning
     assert generic in str(script_error("NEWCODE", "detail", "somewhere"))
+
+
+# -- what each script can raise -----------------------------------------------------
+_FUNCTION = re.compile(r"^local function (\w+)\(", re.M)
+_LABEL = re.compile(r"^-- [A-Z][A-Za-z ]*(?:\(.*\))?:")
+
+
+def _functions(text: str) -> dict[str, str]:
+    """Return each top-level function of a module with its text (up to the next one)."""
+    starts = [(match.start(), match.group(1)) for match in _FUNCTION.finditer(text)]
+    ends = [at for at, _ in starts[1:]] + [len(text)]
+    return {name: text[at:end] for (at, name), end in zip(starts, ends, strict=True)}
+
+
+FUNCTIONS = {
+    name: body
+    for module in MODULES
+    for name, body in _functions(scripts.module_source(module)).items()
+}
+
+
+def raised_here(text: str) -> set[str]:
+    """Return the codes ``text`` raises itself (``fail('CODE', ...)``)."""
+    return set(re.findall(r"fail \( '([A-Z]+)'", " ".join(tokenize(text))))
+
+
+def raisable(text: str) -> set[str]:
+    """Return the codes a script can raise: its own, and those of module functions it reaches."""
+    codes, seen = raised_here(text), set()
+    pending = set(tokenize(text)) & set(FUNCTIONS)
+    while pending:
+        name = pending.pop()
+        seen.add(name)
+        codes |= raised_here(FUNCTIONS[name])
+        pending |= (set(tokenize(FUNCTIONS[name])) & set(FUNCTIONS)) - seen
+    return codes
+
+
+def raises_line(text: str) -> set[str] | None:
+    """Return the codes the ``-- Raises`` paragraph of a script's header names (None: no line)."""
+    header = list(itertools.takewhile(lambda line: line.startswith("--"), text.splitlines()))
+    for at, line in enumerate(header):
+        if line.startswith("-- Raises"):
+            rest = itertools.takewhile(lambda more: not _LABEL.match(more), header[at + 1 :])
+            return set(re.findall(r"\b[A-Z]+\b", " ".join([line, *rest]))) & set(SCRIPT_ERRORS)
+    return None
+
+
+SCRIPTS = [(name, scripts.script_body(name)) for name in scripts.SCRIPT_NAMES]
+
+
+@pytest.mark.parametrize(("name", "text"), SCRIPTS, ids=[name for name, _ in SCRIPTS])
+def test_a_script_that_can_raise_says_what_on_its_raises_line(name, text):
+    """A script that can raise names its own codes on a ``-- Raises`` line, and none it cannot.
+
+    Codes reached through a shared module (the guard's namespace checks, say)
+    may go unnamed: the module's header states them.
+    """
+    can, named = raisable(text), raises_line(text)
+    if not can:
+        assert named is None or named == set(), named
+        return
+    assert named is not None, f"{name}.lua can raise {sorted(can)}: add a '-- Raises' header line"
+    assert raised_here(text) - named == set()
+    assert named - can == set()
+
+
+def test_the_raises_check_follows_module_functions():
+    assert {"UNINITIALIZED", "FOREIGN", "SCHEMA"} <= raisable("namespace_meta()")
+    assert raisable("check_keys({K_QUEUES})") == {"WRONGTYPE"}
+    assert raisable("return 1") == set()
+    header = "-- x.lua: y\n-- Raises (before any write): ARG, TOKEN.\n-- Returns: 1\n"
+    assert raises_line(header) == {"ARG", "TOKEN"}
+    assert raises_line("-- x.lua: y\n-- Returns: 1\n") is None
 
 
 @pytest.mark.parametrize(("file", "text", "own"), FILES, ids=[f for f, _, _ in FILES])

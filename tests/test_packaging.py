@@ -96,7 +96,7 @@ def test_the_dramatiq_integration_is_shipped(wheel):
     for module in ("broker", "consumer", "results", "store", "tracing", "metrics", "py.typed"):
         suffix = "" if module == "py.typed" else ".py"
         assert f"dramatiq_simplebroker/{module}{suffix}" in names
-    for script in ("dramatiq_store", "dramatiq_dead", "lib/dramatiq"):
+    for script in ("dramatiq/dramatiq_store", "dramatiq/dramatiq_dead", "dramatiq/lib/dramatiq"):
         assert f"simplebroker_redis/lua/{script}.lua" in names
     [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
     assert "Provides-Extra: dramatiq" in wheel.read(metadata).decode()

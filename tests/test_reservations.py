@@ -9,6 +9,8 @@ import pytest
 from simplebroker.ext import DataError, OperationalError
 
 from simplebroker_redis import (
+    AsyncLeases,
+    AsyncRedisRunner,
     Leases,
     RedisRunner,
     ReplicationTimeout,
@@ -16,7 +18,6 @@ from simplebroker_redis import (
     ReservationLost,
     calls,
 )
-from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.types import DeadLetterAck, Lease, MultiLease, ValueWrite
@@ -124,15 +125,69 @@ def test_cross_thread_use_fails_loudly_and_keeps_state(broker):
 def test_stale_batch_is_recovered_by_a_reader_and_late_commit_reports_loss(redis_url, namespace):
     holder = _core(redis_url, namespace, stale_batch_seconds=0.2)
     other = _core(redis_url, namespace)
-    ids = _fill(holder, "jobs", 2)
+    ids = _fill(holder, "jobs", 1)
     gen = holder.claim_generator("jobs", delivery_guarantee="at_least_once")
     next(gen)
     assert other.claim_one("jobs") is None
-    time.sleep(0.3)
+    time.sleep(0.3)  # the holder works past its lease
     assert [i for _, i in other.claim_many("jobs", 10)] == ids  # recovered on read
-    next(gen)
-    with pytest.raises(ReservationLost):
+    with pytest.raises(ReservationLost, match="before the batch committed"):
+        next(gen)  # the commit finds the batch taken over
+
+
+def test_a_batch_past_its_lease_yields_nothing_more(redis_url, namespace):
+    # Issue 42: a consumer stopped (SIGSTOP, a GC pause) past its lease used
+    # to yield the rest of its batch, whose messages another reader may
+    # have recovered and started meanwhile, and only then fail at the commit.
+    holder = _core(redis_url, namespace, stale_batch_seconds=0.3)
+    ids = _fill(holder, "jobs", 4)
+    gen = holder.claim_generator("jobs", delivery_guarantee="at_least_once", batch_size=4)
+    assert next(gen)[1] == ids[0]
+    time.sleep(0.4)  # the holder is stopped past its lease
+    other = _core(redis_url, namespace)
+    assert [i for _, i in other.claim_many("jobs", 10)] == ids  # recovered by another reader
+    with pytest.raises(ReservationLost, match="ran out"):
+        next(gen)  # not ids[1]: another reader has it
+    with pytest.raises(StopIteration):
         next(gen)
+    assert holder.get_queue_stat("jobs").claimed == 4  # each consumed once, by the other
+
+
+def test_a_batch_past_its_lease_is_released_for_the_next_reader(redis_url, namespace):
+    holder = _core(redis_url, namespace, stale_batch_seconds=0.3)
+    ids = _fill(holder, "jobs", 3)
+    gen = holder.claim_generator("jobs", delivery_guarantee="at_least_once")
+    assert next(gen)[1] == ids[0]
+    time.sleep(0.4)  # nobody recovered it yet: the holder hands it all back
+    with pytest.raises(ReservationLost, match="released"):
+        next(gen)
+    other = _core(redis_url, namespace)
+    # No recovery needed: pending again at once, same IDs and order.
+    assert [i for _, i in other.claim_many("jobs", 10)] == ids
+
+
+def test_a_queue_read_generator_past_its_lease_stops_and_redelivers(redis_url, namespace):
+    from simplebroker import Queue, resolve_config
+
+    runner = RedisRunner(redis_url, namespace=namespace, stale_batch_seconds=0.3)
+    config = resolve_config(override={"BROKER_GENERATOR_BATCH_SIZE": 4})
+    queue = Queue("work", db_path=runner.broker_target, runner=runner, config=config)
+    for i in range(4):
+        queue.write(f"t{i}")
+    seen: list[str] = []
+    with pytest.raises(ReservationLost):
+        for body in queue.read_generator(delivery_guarantee="at_least_once"):
+            seen.append(body)
+            time.sleep(0.4)  # the consumer is stopped past its lease
+    assert seen == ["t0"]
+    fresh = RedisRunner(redis_url, namespace=namespace)
+    other = Queue("work", db_path=fresh.broker_target, runner=fresh)
+    assert list(other.read_generator(delivery_guarantee="at_least_once")) == [
+        "t0",
+        "t1",
+        "t2",
+        "t3",
+    ]
 
 
 def test_negative_stale_batch_seconds_disables_recovery(redis_url, namespace):

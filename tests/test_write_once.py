@@ -17,8 +17,7 @@ import pytest
 from simplebroker import Queue
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import OutcomeUnknown, RedisRunner
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner, OutcomeUnknown, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from support.faultproxy import FaultProxy

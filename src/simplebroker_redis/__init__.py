@@ -5,12 +5,14 @@ Install the package and select it in ``.broker.toml``::
     backend = "redis"
     target = "redis://127.0.0.1:6379/0"
 
-Public names re-exported here; see ``docs/architecture.md`` for the design.
+Public names re-exported here, each asyncio twin (``Async*``) beside its
+sync one; see ``docs/architecture.md`` for the design.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from .core import RedisBrokerCore
+from .core.aio_messages import AsyncMessages
 from .errors import (
     AccessDenied,
     OutcomeUnknown,
@@ -20,10 +22,10 @@ from .errors import (
     ReservationLost,
 )
 from .keys import DEFAULT_NAMESPACE, Keyspace
-from .leases import LeaseCalls, Leases
+from .leases import AsyncLeases, Leases
 from .options import BackendOptions
 from .plugin import RedisBackendPlugin, redis_backend_plugin
-from .runner import RedisRunner
+from .runner import AsyncRedisRunner, RedisRunner
 from .targets import InvalidTarget
 from .types import Lease, LeasedMessage, Recovery, Settlement
 
@@ -41,11 +43,13 @@ def get_backend_plugin() -> RedisBackendPlugin:
 __all__ = [
     "DEFAULT_NAMESPACE",
     "AccessDenied",
+    "AsyncLeases",
+    "AsyncMessages",
+    "AsyncRedisRunner",
     "BackendOptions",
     "InvalidTarget",
     "Keyspace",
     "Lease",
-    "LeaseCalls",
     "LeasedMessage",
     "Leases",
     "OutcomeUnknown",

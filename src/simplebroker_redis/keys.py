@@ -175,39 +175,11 @@ class Keyspace:
         """Return the key of a Taskiq progress record."""
         return f"{self.prefix}progress:{task_id}"
 
-    # -- Celery (celery_simplebroker): not fixed keys; scripts get them as extra KEYS.
-    @property
-    def celery_bindings(self) -> str:
-        """Return the hash of exchange bindings: ``"<exchange> US <key> US <queue>"`` -> JSON."""
-        return f"{self.prefix}{CELERY_PREFIX}bindings"
-
-    @property
-    def celery_binding_deadlines(self) -> str:
-        """Return the zset of binding -> expiry (server ms) of queues that expire when unused."""
-        return f"{self.prefix}{CELERY_PREFIX}binding_deadlines"
-
-    def celery_entry(self, name: str) -> str:
-        """Return the key of the Celery result backend's entry ``name``.
-
-        ``name`` is Celery's own key name (``celery-task-meta-<id>``,
-        ``celery-taskset-meta-<id>``, ``chord-unlock-<group>``).
-        """
+    # -- The rooms of Celery and Dramatiq: not fixed keys; scripts get them as extra KEYS.
+    def celery(self, name: str) -> str:
+        """Return the Celery integration's key ``name`` (``calls/celery.py`` names them)."""
         return f"{self.prefix}{CELERY_PREFIX}{name}"
 
-    def celery_chord(self, name: str) -> tuple[str, str, str, str]:
-        """Return the keys of a chord's state: (parts, dispatch claim, size, results).
-
-        ``name`` is Celery's key name of the chord (``chord-unlock-<group>``).
-        The parts set holds ``"<task id>:<header index>"`` of every finished
-        header entry, the results hash maps each to its result; the claim
-        string holds the member that dispatches the body, then ``done``; the
-        size hash holds ``size`` (Celery's ``set_chord_size``) and ``extra``
-        (``add_to_chord``).
-        """
-        parts = self.celery_entry(name)
-        return parts, f"{parts}.dispatch", f"{parts}.size", f"{parts}.results"
-
-    # -- Dramatiq (dramatiq_simplebroker): not fixed keys; scripts get them as extra KEYS.
     def dramatiq(self, name: str) -> str:
         """Return the Dramatiq integration's key ``name`` (``calls/dramatiq.py`` names them)."""
         return f"{self.prefix}{DRAMATIQ_PREFIX}{name}"

@@ -37,11 +37,11 @@ from typing import Any, Final
 from simplebroker.ext import BrokerError
 from simplebroker.project import resolve_broker_target
 
-from .aio.runner import AsyncRedisRunner
 from .environment import environment_config
 from .keys import DEFAULT_NAMESPACE
 from .options import BackendOptions
 from .runner import RedisRunner
+from .runner.aio import AsyncRedisRunner
 from .targets import InvalidTarget, parse_target, redact_target
 
 __all__ = [

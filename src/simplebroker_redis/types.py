@@ -1,7 +1,9 @@
 """The values the typed calls take and return: one import path for each.
 
 Every reply of a script (:mod:`.calls`) is one of these frozen dataclasses,
-and the few argument shapes the calls share are the aliases below. They
+and the few argument shapes the calls share are the aliases below (a
+framework's own replies live in its room: :mod:`.calls.celery`,
+:mod:`.calls.schedules` for Taskiq, :mod:`.calls.dramatiq`). They
 live here, apart from the builders, so the reservation API, the
 integrations and the tools name them from one place
 (``from simplebroker_redis.types import Lease``); the package's top level
@@ -19,8 +21,6 @@ Row = tuple[str, int]  #: (body, id), SimpleBroker's row shape
 SettleMode = Literal["claim", "delete", "move"]
 #: What ``claim.lua`` does with the messages it takes.
 TakeMode = Literal["claim", "move"]
-#: Which run of a Taskiq schedule ``schedule_claim.lua`` claims.
-ScheduleKind = Literal["time", "cron", "interval", "retry"]
 #: A state of a queue's messages as ``inspect.lua`` reports it.
 State = Literal["pending", "delayed", "reserved"]
 
@@ -181,76 +181,6 @@ class DeadLetterAck:
 
     acked: bool  #: this call took the entry out of the journal (report it)
     stored: bool  #: this call stored the value (no value was there)
-
-
-# -- Taskiq schedules -----------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class LostRun:
-    """A claimed schedule run whose claim expired unsent (its scheduler died)."""
-
-    schedule_id: str
-    run: str  #: the run's name (give it to ``schedule_claim(..., "retry", run)``)
-    schedule: str  #: the schedule's JSON when it was claimed
-    claimed_us: int  #: when it was first claimed (server time, microseconds)
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleTable:
-    """The stored schedules, and the claimed runs that were lost."""
-
-    schedules: dict[str, str]  #: schedule id -> JSON
-    lost: tuple[LostRun, ...]
-
-
-# -- Celery (celery_simplebroker): exchange tables, chords, results ---------------------
-@dataclass(frozen=True, slots=True)
-class BindingRecord:
-    """One binding to store: its name, JSON value, and lifetime (ms, 0: forever)."""
-
-    name: str  #: ``"<exchange> US <routing key> US <queue>"``
-    value: str
-    lifetime_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ExchangeTable:
-    """The live bindings of an exchange, and expired ones (any exchange) just removed."""
-
-    live: tuple[tuple[str, str], ...]  #: (binding, JSON value)
-    removed: tuple[str, ...]  #: binding names
-
-
-@dataclass(frozen=True, slots=True)
-class ChordPart:
-    """Outcome of counting one finished chord header entry."""
-
-    seen: int  #: header entries counted so far (-1: the body was dispatched already)
-    dispatch: bool  #: this call must dispatch the body
-    #: For the call that must: every entry's (part, result), in no particular order.
-    results: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def done(self) -> bool:
-        """Return True when the chord's body was dispatched already."""
-        return self.seen < 0
-
-
-@dataclass(frozen=True, slots=True)
-class ChordDispatch:
-    """Outcome of committing a chord's dispatch."""
-
-    committed: bool  #: False: the chord was done already; nothing was written
-    ids: tuple[int, ...]  #: IDs of the messages written, in argument order
-
-
-@dataclass(frozen=True, slots=True)
-class CeleryStored:
-    """Outcome of ``celery_store.lua``: the entry, and the acknowledgement it carried."""
-
-    stored: int  #: 1 stored, 0 kept (the task had succeeded), -1 nothing done
-    settlement: Settlement  #: of the acknowledged message (0, 0 when none was named)
-    #: The next messages reserved with it (``reserve_from``); None when not asked or stored is -1.
-    reserved: MultiLease | None = None
 
 
 # -- operations: the exporter, the dashboard, worker beats ----------------------------

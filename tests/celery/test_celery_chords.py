@@ -20,6 +20,7 @@ from celery import states
 
 from celery_simplebroker.chords import Chords
 from simplebroker_redis import RedisBrokerCore, RedisRunner
+from simplebroker_redis.calls import celery as celery_calls
 
 
 class Died(BaseException):
@@ -87,7 +88,7 @@ def test_a_dispatch_cut_before_its_commit_sent_nothing_and_runs_again(
     with pytest.raises(Died):
         finish(app, requests[2])  # joined the header, "sent" the body: staged only
     assert bodies(core) == []
-    parts, claim, size, results = core.runner.keys.celery_chord(chord)
+    parts, claim, size, results = celery_calls.chord_keys(core.runner.keys, chord)
     assert raw.get(claim) == f"{requests[2].id}:2"  # the right to dispatch is still its own
     assert raw.scard(parts) == 3 and raw.hlen(results) == 3
     monkeypatch.setattr(Chords, "_commit_once", commit)
@@ -156,7 +157,7 @@ def test_the_last_part_dispatches_even_when_no_replica_confirms_it(
         durable.close()
     assert short == ["celery_chord_part", "celery_chord_dispatch"]
     assert bodies(core) == [[["k0", "k1", "k2"]]]
-    parts, claim, size, results = core.runner.keys.celery_chord(chord)
+    parts, claim, size, results = celery_calls.chord_keys(core.runner.keys, chord)
     assert raw.get(claim) == "done" and raw.exists(parts, size, results) == 0
     assert "commit failed" not in caplog.text  # the commit's own reply was used, not a retry
 
@@ -168,7 +169,7 @@ def test_error_callbacks_of_a_failed_chord_are_committed_with_the_mark(app, core
     finish(app, requests[0])
     finish(app, requests[1])  # the header failed: errbacks instead of the body
     finish(app, requests[1])
-    _, claim, _, _ = core.runner.keys.celery_chord(chord)
+    _, claim, _, _ = celery_calls.chord_keys(core.runner.keys, chord)
     assert raw.get(claim) == "done"
     rows = core.peek_many("bodies", 100, with_timestamps=False)
     assert [json.loads(row)["headers"]["task"] for row in rows] == ["on_chord_error"]
@@ -196,4 +197,4 @@ def test_a_frozen_chord_applied_again_counts_an_entry_finished_before_its_size(
         assert bodies(core) == [[["k0", "k1"]]] * run
     finish(app, requests[0])  # a late copy of the second run's entry
     assert bodies(core) == [[["k0", "k1"]]] * 2
-    assert raw.get(core.runner.keys.celery_chord(chord)[1]) == "done"
+    assert raw.get(celery_calls.chord_keys(core.runner.keys, chord)[1]) == "done"

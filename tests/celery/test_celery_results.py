@@ -7,6 +7,8 @@ import redis
 from celery import states
 from celery.result import AsyncResult
 
+from simplebroker_redis.calls import celery as celery_calls
+
 
 @pytest.mark.parametrize("serializer", ["json", "pickle"])
 def test_a_task_that_succeeded_keeps_its_result_when_it_runs_again(app, serializer):
@@ -26,7 +28,7 @@ def test_results_expire_after_result_expires(app, raw: redis.Redis, namespace):
     app.conf.result_expires = 2
     backend = app.backend
     backend.store_result("t2", 7, states.SUCCESS)
-    key = backend.runner.keys.celery_entry("celery-task-meta-t2")
+    key = celery_calls.entry_key(backend.runner.keys, "celery-task-meta-t2")
     assert 0 < raw.pttl(key) <= 2000
     assert AsyncResult("t2", app=app).get(timeout=10) == 7
 
@@ -100,14 +102,14 @@ def test_storing_a_result_can_delete_the_task_message_in_the_same_step(runner, r
     outcome = _store(runner, "celery-task-meta-a", value, ack)
     assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (1, 1, 0)
     assert _total(runner) == 0
-    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) == value
+    assert raw.get(celery_calls.entry_key(runner.keys, "celery-task-meta-a")) == value
     # The same store again (a retry whose first reply was lost): kept, nothing to delete.
     again = _store(runner, "celery-task-meta-a", value, ack)
     assert (again.stored, again.settlement.settled, again.settlement.lost) == (0, 0, 1)
     # Another result under the settled token (a stale run): fenced, nothing stored.
     stale = _store(runner, "celery-task-meta-a", '{"status": "FAILURE"}', ack)
     assert (stale.stored, stale.settlement.settled, stale.settlement.lost) == (-2, 0, 1)
-    assert raw.get(runner.keys.celery_entry("celery-task-meta-a")) == value
+    assert raw.get(celery_calls.entry_key(runner.keys, "celery-task-meta-a")) == value
 
 
 def test_a_fenced_result_is_stored_only_while_its_reservation_holds_the_message(runner, raw):
@@ -116,7 +118,7 @@ def test_a_fenced_result_is_stored_only_while_its_reservation_holds_the_message(
 
     leases, lease = _reserved(runner)
     fence = (lease.token, lease.messages[0].id)
-    key = runner.keys.celery_entry("celery-task-meta-f")
+    key = celery_calls.entry_key(runner.keys, "celery-task-meta-f")
 
     def store(value: str, fenced_by: tuple[str, int]):
         call = calls.celery_store(
@@ -186,7 +188,7 @@ def test_a_result_that_changes_nothing_reserves_nothing(runner, raw):
     """The guard cannot read the stored entry: no result, no acknowledgement, no reservation."""
     from simplebroker_redis import RedisBrokerCore
 
-    raw.set(runner.keys.celery_entry("celery-task-meta-u"), "\x80pickled")
+    raw.set(celery_calls.entry_key(runner.keys, "celery-task-meta-u"), "\x80pickled")
     _, lease = _reserved(runner)
     RedisBrokerCore(runner).write("tasks", "next")
     ack = (lease.token, lease.messages[0].id)
@@ -216,7 +218,10 @@ def test_reserving_with_a_result_needs_its_acknowledgement(runner):
 
 
 def test_a_kept_result_still_acknowledges_the_rerun_task(runner, raw):
-    raw.set(runner.keys.celery_entry("celery-task-meta-b"), '{"status": "SUCCESS", "result": 1}')
+    raw.set(
+        celery_calls.entry_key(runner.keys, "celery-task-meta-b"),
+        '{"status": "SUCCESS", "result": 1}',
+    )
     _, lease = _reserved(runner)
     outcome = _store(
         runner,
@@ -226,12 +231,12 @@ def test_a_kept_result_still_acknowledges_the_rerun_task(runner, raw):
     )
     assert (outcome.stored, outcome.settlement.settled) == (0, 1)
     assert _total(runner) == 0
-    assert '"result": 1' in raw.get(runner.keys.celery_entry("celery-task-meta-b"))
+    assert '"result": 1' in raw.get(celery_calls.entry_key(runner.keys, "celery-task-meta-b"))
 
 
 def test_an_unreadable_stored_entry_leaves_result_and_message_alone(runner, raw):
     """The guard cannot read another serializer's entry: nothing is done, nothing acknowledged."""
-    key = runner.keys.celery_entry("celery-task-meta-c")
+    key = celery_calls.entry_key(runner.keys, "celery-task-meta-c")
     raw.set(key, "\x80pickled")
     _, lease = _reserved(runner)
     outcome = _store(
@@ -245,7 +250,7 @@ def test_an_unreadable_stored_entry_leaves_result_and_message_alone(runner, raw)
 def test_a_wrong_typed_result_key_refuses_before_acknowledging(runner, raw):
     from simplebroker.ext import DataError
 
-    key = runner.keys.celery_entry("celery-task-meta-d")
+    key = celery_calls.entry_key(runner.keys, "celery-task-meta-d")
     raw.rpush(key, "not a string")
     leases, lease = _reserved(runner)
     with pytest.raises(DataError, match="celery-task-meta-d"):
@@ -269,7 +274,7 @@ def test_a_result_under_a_lost_reservation_is_refused_and_acknowledges_nothing(r
         ("no-such-token", lease.messages[0].id),
     )
     assert (outcome.stored, outcome.settlement.settled, outcome.settlement.lost) == (-2, 0, 1)
-    assert raw.get(runner.keys.celery_entry("celery-task-meta-e")) is None
+    assert raw.get(celery_calls.entry_key(runner.keys, "celery-task-meta-e")) is None
     assert _total(runner) == 1  # its own token still holds it
 
 
@@ -289,7 +294,7 @@ def test_durability_options_reach_every_write_of_the_result_backend(redis_url, n
     try:
         with pytest.raises(ReplicationTimeout, match="happened.*0 of 1 replicas"):
             backend.store_result("t3", 3, states.SUCCESS)  # celery_store.lua
-        key = backend.runner.keys.celery_entry("celery-task-meta-t3")
+        key = celery_calls.entry_key(backend.runner.keys, "celery-task-meta-t3")
         assert raw.get(key) is not None  # it happened
         with pytest.raises(ReplicationTimeout):
             backend.expire("celery-task-meta-t3", 60)  # a plain EXPIRE

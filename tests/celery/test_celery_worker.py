@@ -15,6 +15,7 @@ from celery.result import AsyncResult
 
 from celery_simplebroker import storage_queue, taskstats
 from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis.calls import celery as celery_calls
 from simplebroker_redis.taskrecord import TaskRecord
 from support.eventlog import read_events
 from support.waiting import wait_for
@@ -44,7 +45,7 @@ def test_results_chain_group_failure_and_forget(app, start_worker, redis_url, na
     assert AsyncResult(done.id, app=app).state == "PENDING"
     # Results are Celery's keys inside the namespace (readable JSON).
     runner = RedisRunner(redis_url, namespace=namespace)
-    key = runner.keys.celery_entry(f"celery-task-meta-{failed.id}")
+    key = celery_calls.entry_key(runner.keys, f"celery-task-meta-{failed.id}")
     assert '"status": "FAILURE"' in runner.execute(lambda client: client.get(key))
     # They expire after result_expires (Celery's default: one day).
     assert 86_000 < runner.execute(lambda client: client.ttl(key)) <= 86_400

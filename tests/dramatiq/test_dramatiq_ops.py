@@ -2,10 +2,13 @@
 
 Both read the namespace through ``observe.read_namespace``: the workers'
 heartbeat records (kind ``dramatiq``, the queues they consume) and every
-queue's depths, with ``<queue>.XQ`` counted as a dead-letter queue.
+queue's depths, with ``<queue>.XQ`` counted as a dead-letter queue; and
+the task statistics the broker's middleware counts per actor.
 """
 
 from __future__ import annotations
+
+import time
 
 from dqhelpers import keys_of, sender_actors, start_worker
 from dramatiq import Message
@@ -35,3 +38,38 @@ def test_workers_and_queues_are_seen(redis_url, namespace, children, tmp_path, d
     state = read_namespace(dq_broker.runner)
     assert "other.XQ" in state.dead_letter_queues
     assert state.queue("other.XQ").pending == 1
+
+
+def test_runs_are_counted_per_actor_for_the_dashboard(make_broker, make_worker):
+    """Sent, retried (the Retries middleware), failed and done, with execution times."""
+    import dramatiq
+
+    from simplebroker_redis import calls
+    from simplebroker_redis.taskrecord import TaskRecord
+
+    broker = make_broker()
+    attempts: list[str] = []
+
+    @dramatiq.actor(
+        broker=broker, actor_name="ops.once_flaky", max_retries=3, min_backoff=10, max_backoff=50
+    )
+    def once_flaky(key: str) -> None:
+        attempts.append(key)
+        if len(attempts) == 1:
+            raise ValueError("the first run fails")
+
+    once_flaky.send("a")
+    make_worker(broker)
+
+    def counted() -> TaskRecord | None:
+        assert broker.task_stats is not None
+        broker.task_stats.flush()
+        now = int(time.time() // 60)
+        page = broker.runner.run(calls.task_stats_read(now - 5, now + 1, totals=True))
+        text = page.totals.get("ops.once_flaky")
+        record = TaskRecord.parse(text) if text else None
+        return record if record is not None and record.done == 1 else None
+
+    record = wait_for(counted, 30, "the runs' counts")
+    assert (record.enqueued, record.retried, record.failed, record.done) == (1, 1, 1, 1)
+    assert record.runs == 2 and attempts == ["a", "a"]

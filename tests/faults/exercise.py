@@ -17,8 +17,15 @@ from typing import Any
 
 from simplebroker import BrokerTarget, Queue, QueueWatcher, resolve_config
 
-from simplebroker_redis import Leases, RedisRunner, calls, redis_backend_plugin
-from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import (
+    AsyncLeases,
+    AsyncMessages,
+    AsyncRedisRunner,
+    Leases,
+    RedisRunner,
+    calls,
+    redis_backend_plugin,
+)
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.ops.observe import read_namespace
 from simplebroker_redis.taskrecord import TaskRecord

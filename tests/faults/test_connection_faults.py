@@ -29,8 +29,14 @@ import redis
 from simplebroker import resolve_config
 from simplebroker.ext import OperationalError, TimestampError
 
-from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
-from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import (
+    AsyncLeases,
+    AsyncMessages,
+    AsyncRedisRunner,
+    Leases,
+    RedisRunner,
+    redis_backend_plugin,
+)
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.namespace import cleanup

@@ -30,8 +30,7 @@ import pytest
 import redis
 from simplebroker import BrokerTarget, Queue
 
-from simplebroker_redis import AccessDenied, InvalidTarget, RedisRunner
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AccessDenied, AsyncRedisRunner, InvalidTarget, RedisRunner
 from simplebroker_redis.connection import CONNECT_TIMEOUT
 from simplebroker_redis.devserver import DevServer, free_port
 from simplebroker_redis.errors import Rejected

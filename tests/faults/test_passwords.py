@@ -20,8 +20,13 @@ import pytest
 from simplebroker import BrokerTarget, Queue
 from simplebroker.ext import OperationalError
 
-from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
-from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
+from simplebroker_redis import (
+    AsyncLeases,
+    AsyncRedisRunner,
+    Leases,
+    RedisRunner,
+    redis_backend_plugin,
+)
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port
 

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("faults:", ", ".join(FAULTS), "\nworkloads:", ", ".join(WORKLOADS))
         return 0
-    folder = args.out.parent / "runs"
+    # Absolute: Protean's and Dramatiq's workers run in their own folders and log into it.
+    folder = args.out.resolve().parent / "runs"
     folder.mkdir(parents=True, exist_ok=True)
     head = commit()  # now: the code these runs load, whatever the checkout becomes meanwhile
     results: dict[tuple[str, str], list[Outcome]] = {}

@@ -34,15 +34,21 @@ def durability() -> dict[str, float]:
     }
 
 
-def make_broker(url: str, namespace: str, lease: float) -> SimpleBrokerDramatiqBroker:
-    """Return a broker with the result backend, on the timings the other workloads use."""
+def make_broker(
+    url: str, namespace: str, lease: float, options: dict[str, float] | None = None
+) -> SimpleBrokerDramatiqBroker:
+    """Return a broker with the result backend, on the timings the other workloads use.
+
+    ``options`` (``wait_replicas``/``wait_timeout``) default to this process's
+    environment: the workers get them there, the producer passes its run's.
+    """
     broker = SimpleBrokerDramatiqBroker(
         url,
         namespace=namespace,
         lease_seconds=lease,
         heartbeat_interval=min(2.0, lease / 4),
         recover_interval=min(1.0, lease / 4),
-        backend_options=durability(),
+        backend_options=durability() if options is None else options,
     )
     broker.add_middleware(Results(backend=SimpleBrokerResultBackend(broker=broker)))
     return broker

@@ -355,7 +355,7 @@ class _DramatiqProducer:
             raise AssertionError("the witness actor runs in the workers")
 
         self.seconds = setup.task_seconds
-        self.broker = make_broker(url, setup.namespace, setup.lease)
+        self.broker = make_broker(url, setup.namespace, setup.lease, setup.durability())
         self.actor = declare(self.broker, never)
 
     def send(self, key: str) -> str:

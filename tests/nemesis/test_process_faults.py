@@ -3,7 +3,7 @@
 A worker SIGKILLed with its pool and started again; a worker SIGSTOPped
 for 2.5 leases, then SIGCONT (a GC pause, swap, a frozen VM); the server
 killed with ``kill -9`` and restarted on its AOF (``appendfsync everysec``
-and ``always``). See docs/reliability.md.
+and ``always``); Dramatiq's worker stopped too. See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -25,3 +25,11 @@ def test_celery_worker_stopped_longer_than_its_lease(nemesis):
 
 def test_taskiq_server_killed_with_aof_everysec(nemesis):
     nemesis("taskiq", "server-kill-9-aof-everysec")
+
+
+def test_protean_server_killed_with_aof_always(nemesis):
+    nemesis("protean", "server-kill-9-aof-always")
+
+
+def test_dramatiq_worker_stopped_longer_than_its_lease(nemesis):
+    nemesis("dramatiq", "sigstop-worker")

@@ -1,7 +1,7 @@
 """Fixtures of the operations tests: real workers, the dashboard, headless Chromium.
 
-One Taskiq worker, one Celery worker, one Protean engine and one dashboard
-serve every test of a module (module scope: starting them is what costs
+One Taskiq worker, one Celery worker, one Dramatiq worker, one Protean
+engine and one dashboard serve every test of a module (module scope: starting them is what costs
 time). Chromium is
 Debian's (``/usr/bin/chromium``, or ``$SIMPLEBROKER_REDIS_CHROMIUM``),
 driven by Playwright without a browser download. With
@@ -89,6 +89,14 @@ def celery_worker(ops: Ops) -> dict[str, Any]:
     args += ["-c", "2", "-Q", "celery", "-E", "--without-mingle", "--without-gossip"]
     args += ["--loglevel", "INFO", "-n", f"ops-{uuid.uuid4().hex[:6]}@%h"]
     return _beating(ops, "celery", args)
+
+
+@pytest.fixture(scope="module")
+def dramatiq_worker(ops: Ops) -> dict[str, Any]:
+    """``dramatiq opsdramatiq`` (one process, two threads) on the queue ``dramatiq``."""
+    args = [sys.executable, "-m", "dramatiq", "opsdramatiq", "--processes", "1"]
+    args += ["--threads", "2", "--queues", "dramatiq"]
+    return _beating(ops, "dramatiq", args)
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,14 @@
 """The dashboard in headless Chromium, against a real server and real workers.
 
-A Taskiq worker and a Celery worker run opsapps.py on one namespace, and
-Protean's engine runs opsprotean.py; the page must show their tasks while
-they run (with the worker holding each), find each task by its id and
-follow it from running to done, list dead letters with their task names
-and errors and retry one until it is done, draw a burst in the task charts
-without a reload, and offer no action when read-only. The same workers
-serve the tests of their Prometheus metrics and of the trace that runs from
-the producer through the worker.
+A Taskiq worker and a Celery worker run opsapps.py on one namespace, a
+Dramatiq worker opsdramatiq.py, and Protean's engine runs opsprotean.py;
+the page must show their tasks while they run (with the worker holding
+each), find each task by its id and follow it from running to done, list
+dead letters with their task names and errors and retry one until it is
+done, draw a burst in the task charts without a reload, and offer no
+action when read-only. The same workers serve the tests of their
+Prometheus metrics and of the trace that runs from the producer through
+the worker.
 """
 
 from __future__ import annotations
@@ -436,6 +437,71 @@ def test_each_frameworks_task_is_found_by_id_running_then_done(
     # Protean's own id of the message finds the same message and its group's copy.
     find(page, own_id)
     found(page, "protean", "done")
+
+
+def send_dramatiq(ops: Ops, actor: str, tag: str) -> str:
+    """Send a message to the Dramatiq worker's actor ``actor``; return its message id."""
+    from dramatiq import Message
+
+    from dramatiq_simplebroker import SimpleBrokerDramatiqBroker
+
+    broker = SimpleBrokerDramatiqBroker(ops.url, namespace=ops.namespace)
+    try:
+        message: Message[Any] = Message(
+            queue_name="dramatiq", actor_name=actor, args=(tag,), kwargs={}, options={}
+        )
+        return str(broker.enqueue(message).message_id)
+    finally:
+        broker.close()
+
+
+def test_a_dramatiq_task_is_found_by_its_message_id_running_then_done(
+    ops: Ops, dramatiq_worker: dict[str, Any], page: Any
+) -> None:
+    message_id = send_dramatiq(ops, "ops.dq_slow", "find-dq")
+    find(page, message_id)
+    card = held_by(page, "dramatiq", dramatiq_worker["id"])
+    assert text(card, "strong.name") == "ops.dq_slow"
+    assert text(card, "dd.deliveries") == "1"
+    wait_for(lambda: logged(ops, "dramatiq-start", words=("find-dq",)), 30, "the actor's start")
+    (ops.dir / "release-find-dq").touch()
+    # Its message is gone: the result stored with the acknowledgement says done.
+    card = found(page, "dramatiq", "done")
+    assert text(card, "dd.result") == "SUCCESS: find-dq"
+
+
+def test_a_failed_dramatiq_task_is_dead_lettered_then_retried_from_the_page_until_done(
+    ops: Ops, dramatiq_worker: dict[str, Any], page: Any
+) -> None:
+    message_id = send_dramatiq(ops, "ops.dq_flaky", "poison-dq")
+    row = page.wait_for_selector(f"#dead-tasks tr[data-task='{message_id}']", timeout=30_000)
+    assert text(row, "td.name") == "ops.dq_flaky"
+    assert text(row, "td.framework") == "dramatiq"
+    # The exception Dramatiq's Results middleware stored after the nack is its error.
+    error = f"#dead-tasks tr[data-task='{message_id}'] td.error"
+    page.wait_for_function(
+        f"""() => {{ const td = document.querySelector({json.dumps(error)});
+                   return td && td.textContent.includes('ValueError: poison-dq'); }}""",
+        timeout=30_000,
+    )
+    find(page, message_id)
+    card = found(page, "dramatiq", "dead")
+    assert "dramatiq.XQ" in text(card, "dd.queue")
+    assert text(card, "dd.error").startswith("ValueError")
+    # Its dead-letter queue is listed too (the next live reading, at most 2 s on).
+    page.wait_for_selector("#dead tr[data-queue='dramatiq.XQ']", timeout=30_000)
+    assert cell(page, "dead", "dramatiq.XQ", "count") == "1"
+    assert page.input_value("#dead tr[data-queue='dramatiq.XQ'] input.target") == "dramatiq"
+    shot(page, "dramatiq-dead-letter")
+    (ops.dir / "release-poison-dq").touch()  # it succeeds from now on
+    page.click(f"#dead-tasks tr[data-task='{message_id}'] button.retry-one")
+    page.wait_for_selector("#modal:not([hidden])")
+    page.click("#modal-ok")
+    # Back in its own queue: the worker runs it, and the page follows it to done.
+    card = found(page, "dramatiq", "done")
+    assert text(card, "dd.result") == "SUCCESS: poison-dq"
+    assert logged(ops, "dramatiq-ran", words=("poison-dq",))
+    page.wait_for_selector(f"#dead-tasks tr[data-task='{message_id}']", state="detached")
 
 
 def test_a_dead_letter_shows_its_task_and_error_and_is_retried_until_done(

@@ -12,7 +12,11 @@ from typing import Any
 
 from taskiq.kicker import AsyncKicker
 
-from simplebroker_redis import RedisRunner, calls
+from simplebroker_redis import AsyncRedisRunner, RedisRunner, calls
+from simplebroker_redis.calls import celery as celery_calls
+from simplebroker_redis.ops.dashboard.live import read_state
+from simplebroker_redis.ops.dashboard.tasks import Reader
+from simplebroker_redis.queue_names import storage_queue
 from simplebroker_redis.tasks import TaskFormat, describe, task_formats
 from taskiq_simplebroker import SimpleBrokerTaskiqBroker
 
@@ -22,7 +26,7 @@ def formats() -> dict[str, TaskFormat]:
 
 
 def test_every_integration_registers_its_format() -> None:
-    assert set(formats()) == {"taskiq", "celery", "protean"}
+    assert set(formats()) == {"taskiq", "celery", "protean", "dramatiq"}
 
 
 def test_a_taskiq_message_and_its_results_read_back(runner: RedisRunner) -> None:
@@ -88,7 +92,7 @@ def test_a_celery_message_and_its_results_read_back(runner: RedisRunner) -> None
     bad = celery.outcome(json.dumps(meta))
     assert bad is not None and (bad.state, bad.error) == ("FAILURE", "KeyError: k")
     assert bad.traceback.startswith("Traceback")
-    key = runner.keys.celery_entry(f"celery-task-meta-{sent.id}")
+    key = celery_calls.entry_key(runner.keys, f"celery-task-meta-{sent.id}")
     assert celery.result_keys(runner.keys, sent.id) == (key,)
 
 
@@ -120,6 +124,112 @@ def test_protean_log_entries_and_group_copies_read_back() -> None:
     ]
     assert protean.progress_of('{"at":"1796000000000000001"}') == 1796000000000000001
     assert protean.source_queue("p.s--g--dead") == "p.s--g"
+
+
+def find_on_dashboard(runner: RedisRunner, query: str) -> list[dict[str, Any]]:
+    """Return the tasks the dashboard's search finds for ``query``."""
+
+    async def search() -> list[dict[str, Any]]:
+        arunner = AsyncRedisRunner(runner.target, runner.options)
+        try:
+            reader = Reader(arunner, await read_state(arunner))
+            return list((await reader.find(query))["tasks"])
+        finally:
+            await arunner.aclose()
+
+    return asyncio.run(search())
+
+
+def test_a_dramatiq_message_and_its_results_read_back(runner: RedisRunner) -> None:
+    import dramatiq
+
+    from dramatiq_simplebroker import SimpleBrokerDramatiqBroker, SimpleBrokerResultBackend
+
+    broker = SimpleBrokerDramatiqBroker(runner.target, namespace=runner.keys.namespace)
+    backend = SimpleBrokerResultBackend(broker=broker)
+
+    def add(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    actor = dramatiq.actor(add, broker=broker, actor_name="app.add", queue_name="dq")
+    try:
+        sent = actor.send(1, 2, big="y" * 50_000)
+        [body] = [b for b, _ in runner.run(calls.peek("dq", limit=10))]
+        info = describe(body)
+        assert info is not None
+        assert (info.framework, info.task_id, info.name) == ("dramatiq", sent.message_id, "app.add")
+        assert info.preview.startswith('{"args": [1, 2]') and len(info.preview) <= 300
+        assert info.origin == "dq"
+        # Cut short, it still names its actor (its ID comes after the long arguments).
+        cut = describe(body[:200])
+        assert cut is not None and (cut.name, cut.task_id, cut.origin) == ("app.add", None, "dq")
+        short = actor.send(3)
+        cut = describe(short.encode().decode()[:-5])  # the ID comes before the timestamp
+        assert cut is not None and (cut.name, cut.task_id) == ("app.add", short.message_id)
+        found = runner.run(calls.task_find([f"dramatiq:{sent.message_id}"])).found
+        assert [location.id for location in found] and found[0].state == "pending"
+
+        # Results: found from the message ID through the key stored beside each.
+        dramatiq_format = formats()["dramatiq"]
+        backend.store_result(sent, {"sum": 3}, 60_000)
+        backend.store_exception(short, ValueError("boom"), 60_000)
+        for message, state, text in (
+            (sent, "SUCCESS", '{"sum": 3}'),
+            (short, "FAILURE", "ValueError: boom"),
+        ):
+            keys = dramatiq_format.result_keys(runner.keys, message.message_id)
+            [pointer] = runner.run(calls.task_find(result_keys=keys)).results
+            key = dramatiq_format.follow(runner.keys, pointer)
+            assert key is not None
+            [value] = runner.run(calls.task_find(result_keys=[key])).results
+            outcome = dramatiq_format.outcome(value)
+            assert outcome is not None and outcome.state == state
+            assert text in (outcome.result if state == "SUCCESS" else outcome.error)
+        # The dashboard's search: pending with its stored result, then done once it is gone.
+        [item] = find_on_dashboard(runner, sent.message_id)
+        assert (item["framework"], item["state"]) == ("dramatiq", "pending")
+        assert item["name"] == "app.add"
+        assert item["result"]["state"] == "SUCCESS"
+        broker.flush("dq")
+        [item] = find_on_dashboard(runner, sent.message_id)
+        assert (item["state"], item["result"]["result"]) == ("done", '{"sum": 3}')
+        [item] = find_on_dashboard(runner, short.message_id)
+        assert (item["state"], item["result"]["error"]) == ("failed", "ValueError: boom")
+        # A nacked message's queue is the one it came from (a retry's target).
+        assert dramatiq_format.source_queue("dq.XQ") == "dq"
+        assert dramatiq_format.source_queue(storage_queue("my:q.XQ")) == storage_queue("my:q")
+        assert dramatiq_format.source_queue("dq.dead") is None
+    finally:
+        broker.close()
+
+
+def test_a_dramatiq_broker_without_the_index_writes_no_index_entries(runner: RedisRunner) -> None:
+    import dramatiq
+
+    from dramatiq_simplebroker import SimpleBrokerDramatiqBroker, SimpleBrokerResultBackend
+    from dramatiq_simplebroker.taskstats import TaskStatsMiddleware
+
+    broker = SimpleBrokerDramatiqBroker(
+        runner.target, namespace=runner.keys.namespace, task_index=False, task_stats=False
+    )
+    backend = SimpleBrokerResultBackend(broker=broker)
+
+    def nothing() -> None:
+        return None
+
+    actor = dramatiq.actor(nothing, broker=broker, actor_name="app.nothing", queue_name="dq")
+    try:
+        sent = actor.send()
+        backend.store_result(sent, 1, 60_000)
+        assert backend.get_result(sent) == 1
+        assert runner.run(calls.task_find([f"dramatiq:{sent.message_id}"])).found == ()
+        pointer = formats()["dramatiq"].result_keys(runner.keys, sent.message_id)
+        assert runner.run(calls.task_find(result_keys=pointer)).results == ("",)
+        assert find_on_dashboard(runner, sent.message_id) == []
+        assert broker.task_stats is None
+        assert not [m for m in broker.middleware if isinstance(m, TaskStatsMiddleware)]
+    finally:
+        broker.close()
 
 
 def test_bodies_no_framework_wrote_are_nobodys() -> None:

@@ -13,8 +13,7 @@ import time
 
 import redis
 
-from simplebroker_redis import RedisRunner, calls
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner, RedisRunner, calls
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.leases import Leases
 from simplebroker_redis.types import TaskLocation

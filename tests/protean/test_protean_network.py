@@ -81,6 +81,54 @@ def test_an_engine_stopped_past_its_lease_starts_nothing_it_had_reserved(
     assert twice <= held, (twice, held)
 
 
+def test_a_stopped_engine_starts_no_message_of_any_group_another_engine_took_over(
+    broker, start_worker, events
+):
+    """Neither group's subscription starts, after the stop, a copy another engine took over.
+
+    Protean runs handlers on its event loop, one at a time: a read of one
+    group could return a copy (checked, leased) while another group's
+    handler ran, and a stop then left it waiting to start past its lease.
+    """
+    stopped, live = start_worker(env=FAST), start_worker(env=FAST)
+    for worker in (stopped, live):
+        worker.wait_ready()
+    orders = [f"o{i}" for i in range(30)]
+    publish_orders(broker, *((order, "sleep", "0.15") for order in orders))
+
+    def in_flight() -> set[str]:
+        started = {e["id"] for e in _mailer(events, "start", stopped.pid)}
+        return started - {e["id"] for e in _mailer(events, "done", stopped.pid)}
+
+    wait_for(in_flight, timeout=60, interval=0.01, what="the engine to be in a handler")
+    stopped.signal(signal.SIGSTOP)
+    stop = time.time()
+    time.sleep(3.0)  # the fault: three leases frozen
+    stopped.signal(signal.SIGCONT)
+    resumed = time.time()
+    for handler in ("mailer", "ledger"):
+        wait_for(
+            lambda handler=handler: set(done(events, handler)) == set(orders),
+            timeout=60,
+            what=f"every order by the {handler}",
+        )
+    starts = [e for e in handler_calls(events) if e["what"] == "start"]
+    late = [
+        (e["h"], e["id"])
+        for e in starts
+        if e["pid"] == stopped.pid
+        and e["at"] >= resumed
+        and any(
+            o["h"] == e["h"]
+            and o["id"] == e["id"]
+            and o["pid"] == live.pid
+            and stop < o["at"] < e["at"]
+            for o in starts
+        )
+    ]
+    assert late == []
+
+
 def test_an_engine_cut_off_past_its_lease_handles_nothing_twice(
     broker, start_worker, events, proxy
 ):
@@ -122,9 +170,7 @@ def test_a_publish_with_its_replies_cut_off_fails_in_bounds_and_is_stored_once(
     assert [str(i) for body, i in stored if headers_id in body] == [identifier]
 
 
-def test_an_acknowledgement_racing_with_a_renewal_is_not_reported_as_a_lost_lease(
-    broker, caplog
-):
+def test_an_acknowledgement_racing_with_a_renewal_is_not_reported_as_a_lost_lease(broker, caplog):
     """The heartbeat's renewal may run just after the server settled a token's last copy.
 
     The token went because this consumer's acknowledgement landed: nothing

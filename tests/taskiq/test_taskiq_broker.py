@@ -19,8 +19,7 @@ from taskiq.exceptions import TaskiqError
 from taskiq.serializers import PickleSerializer
 from tqhelpers import kiq, make_broker, receiving
 
-from simplebroker_redis import Leases, RedisRunner
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner, Leases, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer
 from simplebroker_redis.errors import translate

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from simplebroker_redis.aio import AsyncLeases, AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncLeases, AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import Call
 from support.recording import record_scripts
 from taskiq_simplebroker.commit import Committer, ResultWrite

@@ -9,8 +9,13 @@ import pytest
 from taskiq.result_backends.dummy import DummyResultBackend
 from tqhelpers import kiq
 
-from simplebroker_redis import Leases, RedisRunner, redis_backend_plugin
-from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
+from simplebroker_redis import (
+    AsyncLeases,
+    AsyncRedisRunner,
+    Leases,
+    RedisRunner,
+    redis_backend_plugin,
+)
 from taskiq_simplebroker import DeadLetteredError, SimpleBrokerResultBackend
 from taskiq_simplebroker.deadletters import report_dead_letter
 

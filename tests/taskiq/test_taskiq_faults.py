@@ -11,8 +11,8 @@ import pytest
 import redis
 from tqhelpers import events, kiq
 
-from simplebroker_redis import Leases, RedisRunner
-from simplebroker_redis.aio import AsyncActivity, AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner, Leases, RedisRunner
+from simplebroker_redis.activity import AsyncActivity
 from simplebroker_redis.core import RedisBrokerCore
 from simplebroker_redis.devserver import DevServer, free_port
 from support.waiting import eventually

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from simplebroker_redis.aio.tasks import stop_task
+from simplebroker_redis.loop_tasks import stop_task
 
 
 async def test_stop_task_outlasts_a_lost_cancellation():

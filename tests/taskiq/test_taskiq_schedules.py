@@ -13,8 +13,7 @@ from taskiq.exceptions import TaskiqError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 from tqhelpers import claims, events, scheduled
 
-from simplebroker_redis import RedisRunner
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner, RedisRunner
 from simplebroker_redis.core import RedisBrokerCore
 from support.waiting import eventually
 from taskiq_simplebroker import (

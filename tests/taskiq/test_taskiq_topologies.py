@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tqhelpers import receiving
 
-from simplebroker_redis.aio import AsyncLeases
+from simplebroker_redis import AsyncLeases
 from support.waiting import eventually
 from taskiq_simplebroker import SimpleBrokerResultBackend, SimpleBrokerTaskiqBroker
 from taskiq_simplebroker.shards import shard_index, shard_namespaces

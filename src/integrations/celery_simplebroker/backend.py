@@ -27,7 +27,8 @@ from kombu.utils.encoding import bytes_to_str
 from simplebroker.ext import OperationalError
 
 from simplebroker_redis import AccessDenied, ReplicationTimeout, calls
-from simplebroker_redis.types import CeleryStored
+from simplebroker_redis.calls import celery as celery_calls
+from simplebroker_redis.calls.celery import CeleryStored
 
 from .acks import Ahead, ResultAcks, holder_of
 from .chords import Chords
@@ -93,7 +94,7 @@ class SimpleBrokerBackend(KeyValueStoreBackend):  # type: ignore[misc] # celery 
 
     # -- key/value primitives ----------------------------------------------------------
     def _key(self, key: str | bytes) -> str:
-        return self.runner.keys.celery_entry(bytes_to_str(key))
+        return celery_calls.entry_key(self.runner.keys, bytes_to_str(key))
 
     def get(self, key: str | bytes) -> Any:
         """Return the stored value of ``key``, or None."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from simplebroker_redis import RedisRunner, ReplicationTimeout, calls
-from simplebroker_redis.types import BindingRecord
+from simplebroker_redis.calls.celery import BindingRecord
 
 #: Separates exchange, routing key and queue in a binding's name.
 BINDING_SEPARATOR: Final[str] = "\x1f"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
+from simplebroker_redis.calls import celery as celery_calls
 from simplebroker_redis.keys import Keyspace
 from simplebroker_redis.tasks import TaskFormat, TaskInfo, TaskOutcome
 from simplebroker_redis.tasks.formats import field_text, load_json, shorten
@@ -66,7 +67,7 @@ class CeleryFormat(TaskFormat):
 
     def result_keys(self, keys: Keyspace, task_id: str) -> Sequence[str]:
         """Return the result backend's entry of ``task_id``."""
-        return (keys.celery_entry(f"celery-task-meta-{task_id}"),)
+        return (celery_calls.entry_key(keys, f"celery-task-meta-{task_id}"),)
 
     def outcome(self, value: str) -> TaskOutcome | None:
         """Return the outcome of a stored ``celery-task-meta`` entry (JSON)."""

@@ -18,7 +18,10 @@ What differs from ``RedisBroker`` (``docs/dramatiq.md``):
   (``get_declared_delay_queues()`` is empty);
 - an actor's ``priority`` orders its queue for every worker: lower first,
   as Dramatiq orders its in-memory work queue;
-- idle consumers sleep on Pub/Sub wake-ups instead of polling.
+- idle consumers sleep on Pub/Sub wake-ups instead of polling;
+- the dashboard finds a message by its ID (the task index) and counts
+  messages per actor (:mod:`.taskstats`), unless ``task_index=False`` /
+  ``task_stats=False``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
-from simplebroker_redis import RedisRunner
+from simplebroker_redis import RedisRunner, tasks
 from simplebroker_redis.activity import close_idle_listeners
 from simplebroker_redis.codec import encode_body
 from simplebroker_redis.server import Target
@@ -52,6 +55,8 @@ from .config import (
 )
 from .consumer import LeaseFence, SimpleBrokerConsumer, connection_errors
 from .store import Store
+from .taskformat import FRAMEWORK
+from .taskstats import TaskStatsMiddleware
 
 logger = logging.getLogger("dramatiq_simplebroker")
 
@@ -84,6 +89,12 @@ class SimpleBrokerDramatiqBroker(Broker):
             ``max_connections``, ...).
         runner: A runner to share (then ``url`` and the options are not used
             for connecting).
+        task_index: Index each message under its message ID, so the
+            dashboard finds it (None: ``SIMPLEBROKER_REDIS_TASK_INDEX``, on
+            by default).
+        task_stats: Count messages sent and runs per actor for the
+            dashboard and the exporter (:mod:`.taskstats`; None:
+            ``SIMPLEBROKER_REDIS_TASK_STATS``, on by default).
 
     """
 
@@ -101,6 +112,8 @@ class SimpleBrokerDramatiqBroker(Broker):
         idle_recheck: float = DEFAULT_IDLE_RECHECK,
         backend_options: Mapping[str, Any] | None = None,
         runner: RedisRunner | None = None,
+        task_index: bool | None = None,
+        task_stats: bool | None = None,
     ) -> None:
         if runner is not None:
             target = Target(runner.target, {"namespace": runner.keys.namespace}, "runner")
@@ -120,6 +133,12 @@ class SimpleBrokerDramatiqBroker(Broker):
         self.queues: set[str] = set()
         self.store = Store(self.settings, runner)
         self._fence = LeaseFence(self.store)
+        #: Whether messages are indexed under their message ID (the result backend follows it).
+        self.task_index = tasks.enabled(task_index, tasks.INDEX_ENV)
+        self.task_stats: tasks.TaskStats | None = None  #: this process's counts (None: off)
+        if tasks.enabled(task_stats):
+            self.task_stats = tasks.task_stats(self.store.runner)
+            self.add_middleware(TaskStatsMiddleware(self.task_stats))
 
     @property
     def dead_message_ttl(self) -> int:
@@ -195,8 +214,9 @@ class SimpleBrokerDramatiqBroker(Broker):
         target = storage_queue(queue, int(actor.priority) if actor is not None else 0)
         self.logger.debug("Enqueueing message %r on queue %r.", message.message_id, queue)
         self.emit_before("enqueue", message, delay)
+        key = tasks.index_key(FRAMEWORK, str(message.message_id)) if self.task_index else ""
         with connection_errors():
-            self.store.write(target, encode_body(message.encode()), delay)
+            self.store.write(target, encode_body(message.encode()), delay, key)
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -250,7 +270,12 @@ class SimpleBrokerDramatiqBroker(Broker):
             time.sleep(interval / 1000)
 
     def close(self) -> None:
-        """Stop the heartbeat and close the idle wake-up connection (the process is stopping)."""
+        """Stop the heartbeat and close the idle wake-up connection (the process is stopping).
+
+        What the task statistics counted is sent first.
+        """
+        if self.task_stats is not None:
+            self.task_stats.flush()
         self.store.close()
         # Closed now rather than lingering: a server stopped right after would
         # otherwise log a reconnect warning.

@@ -67,7 +67,8 @@ class HeldMessage(MessageProxy):
         self.storage_id = leased.id
         self.deliveries = leased.deliveries
         self.dead_letter_queue = dead
-        self.result: tuple[str, str, int] | None = None  #: (message key, value, ttl ms)
+        #: (message key, value, ttl ms, message ID to find it by or '')
+        self.result: tuple[str, str, int, str] | None = None
         self.settled = False  #: acknowledged, nacked or handed back: a result is stored alone
 
 
@@ -252,9 +253,11 @@ class SimpleBrokerConsumer(Consumer):
         if held.result is None:
             done = self._settle(lambda: self.store.ack(held.token, held.storage_id))
         else:
-            key, value, ttl = held.result
+            key, value, ttl, task_id = held.result
             stored = self._settle(
-                lambda: self.store.ack_with_result(held.token, held.storage_id, key, value, ttl)
+                lambda: self.store.ack_with_result(
+                    held.token, held.storage_id, key, value, ttl, task_id
+                )
             )
             done = stored.settled == 1
             held.result = None
@@ -287,9 +290,9 @@ class SimpleBrokerConsumer(Consumer):
     def _flush_result(self, held: HeldMessage) -> None:
         """Store a result the backend left on a message that is not acknowledged after all."""
         if held.result is not None:
-            key, value, ttl = held.result
+            key, value, ttl, task_id = held.result
             with connection_errors():
-                self.store.store_result(key, value, ttl)
+                self.store.store_result(key, value, ttl, task_id)
             held.result = None
 
     def _settle(self, operation: Callable[[], T]) -> T:

@@ -14,6 +14,11 @@ of the same namespace, a result is not written on its own: it is left on
 the message (:class:`~.consumer.HeldMessage`) and stored in the same
 script as the message's acknowledgement, fenced by its reservation (a
 worker whose lease was taken over stores nothing).
+
+With the task index on (the broker's ``task_index``, else
+``SIMPLEBROKER_REDIS_TASK_INDEX``), the same script also notes which
+result is the one of the message's ID, with the same expiry, so that the
+dashboard finds a finished task by its message ID (``docs/dashboard.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dramatiq.results import ResultBackend, ResultMissing, ResultTimeout
 from dramatiq.results.backend import DEFAULT_TIMEOUT, Missing, MResult
 from dramatiq.results.result import wrap_exception, wrap_result
 
-from simplebroker_redis import RedisRunner
+from simplebroker_redis import RedisRunner, tasks
 from simplebroker_redis.activity import listener_for
 from simplebroker_redis.calls import Call
 from simplebroker_redis.calls import dramatiq as room
@@ -52,6 +57,9 @@ class SimpleBrokerResultBackend(ResultBackend):
         namespace, encoder, use_namespace_prefix_keys: Dramatiq's own (the
             prefix of its message keys, the encoder, readable keys).
         backend_options: More ``[backend_options]`` (with ``url``).
+        task_index: Note each result under its message ID too, for the
+            dashboard (None: the broker's setting with ``broker``, else
+            ``SIMPLEBROKER_REDIS_TASK_INDEX``, on by default).
 
     """
 
@@ -66,6 +74,7 @@ class SimpleBrokerResultBackend(ResultBackend):
         encoder: Encoder | None = None,
         use_namespace_prefix_keys: bool = False,
         backend_options: Mapping[str, Any] | None = None,
+        task_index: bool | None = None,
     ) -> None:
         super().__init__(
             namespace=namespace,
@@ -74,6 +83,9 @@ class SimpleBrokerResultBackend(ResultBackend):
         )
         if broker is not None:
             runner = broker.runner
+            if task_index is None:
+                task_index = getattr(broker, "task_index", None)
+        self.task_index = tasks.enabled(task_index, tasks.INDEX_ENV)
         if runner is None:
             target = choose_target(url, simplebroker_namespace, backend_options)
             runner = target.runner()
@@ -92,22 +104,24 @@ class SimpleBrokerResultBackend(ResultBackend):
         key = self.build_message_key(message)
         value = encode_body(self.encoder.encode(wrapped))
         ttl_ms = max(1, int(ttl))
+        task_id = str(getattr(message, "message_id", "") or "") if self.task_index else ""
         if (
             isinstance(message, HeldMessage)
             and not message.settled
             and message.identity == self.runner.identity
         ):
-            message.result = (key, value, ttl_ms)
+            message.result = (key, value, ttl_ms, task_id)
             return
-        self._write(key, value, ttl_ms)
+        self._write(key, value, ttl_ms, task_id)
 
     def _store(self, message_key: str, result: Any, ttl: int) -> None:
         """Store an already wrapped result (Dramatiq's hook for subclasses)."""
         self._write(message_key, encode_body(self.encoder.encode(result)), max(1, int(ttl)))
 
-    def _write(self, key: str, value: str, ttl_ms: int) -> None:
+    def _write(self, key: str, value: str, ttl_ms: int, task_id: str = "") -> None:
+        call = room.dramatiq_store(self.runner.keys, key, value, ttl_ms, task_id=task_id)
         with connection_errors():
-            self.runner.run(room.dramatiq_store(self.runner.keys, key, value, ttl_ms))
+            self.runner.run(call)
 
     # -- reading ----------------------------------------------------------------------------
     def _get(self, message_key: str) -> MResult:

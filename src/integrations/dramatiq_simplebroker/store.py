@@ -117,11 +117,14 @@ class Store:
             heartbeat.stop()
 
     # -- writes ---------------------------------------------------------------------------
-    def write(self, queue: str, body: str, delay_ms: int | None) -> int:
-        """Write ``body`` to ``queue`` (storage name), claimable after ``delay_ms``; its ID."""
+    def write(self, queue: str, body: str, delay_ms: int | None, task_key: str = "") -> int:
+        """Write ``body`` to ``queue`` (storage name), claimable after ``delay_ms``; its ID.
+
+        ``task_key`` indexes it under its Dramatiq message ID ('' for none).
+        """
         if delay_ms:
-            return self.core.write_delayed(queue, body, delay_ms / 1000)
-        return self.core.write(queue, body)
+            return self.core.write_delayed(queue, body, delay_ms / 1000, task_key=task_key)
+        return self.core.write(queue, body, task_key=task_key)
 
     # -- reservations ---------------------------------------------------------------------
     def reserve(
@@ -173,12 +176,27 @@ class Store:
         return settled == 1
 
     def ack_with_result(
-        self, token: str, message_id: int, message_key: str, value: str, ttl_ms: int
+        self,
+        token: str,
+        message_id: int,
+        message_key: str,
+        value: str,
+        ttl_ms: int,
+        task_id: str = "",
     ) -> room.Stored:
-        """Store a result and delete its message in one step (fenced: see ``dramatiq_store``)."""
+        """Store a result and delete its message in one step (fenced: see ``dramatiq_store``).
+
+        ``task_id``: the Dramatiq message ID the result is also found by ('' none).
+        """
         self.holdings.let_go(token)
         call = room.dramatiq_store(
-            self.runner.keys, message_key, value, ttl_ms, token=token, message_id=message_id
+            self.runner.keys,
+            message_key,
+            value,
+            ttl_ms,
+            token=token,
+            message_id=message_id,
+            task_id=task_id,
         )
         try:
             return self.runner.run(call)
@@ -212,9 +230,10 @@ class Store:
             return False
         return True
 
-    def store_result(self, message_key: str, value: str, ttl_ms: int) -> None:
+    def store_result(self, message_key: str, value: str, ttl_ms: int, task_id: str = "") -> None:
         """Store a result and wake its waiters (no acknowledgement)."""
-        self.runner.run(room.dramatiq_store(self.runner.keys, message_key, value, ttl_ms))
+        call = room.dramatiq_store(self.runner.keys, message_key, value, ttl_ms, task_id=task_id)
+        self.runner.run(call)
 
     def dead_letter(self, token: str, message_id: int, dead_letter: str) -> bool:
         """Move one reserved message to ``dead_letter``; False when no longer held here."""

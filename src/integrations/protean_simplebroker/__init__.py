@@ -13,10 +13,11 @@ entry point (name ``simplebroker``); see ``docs/protean.md``.
 from importlib.metadata import PackageNotFoundError, version
 
 from .broker import SimpleBrokerBroker, register
+from .errors import UnconfirmedPublish
 
 try:
     __version__ = version("simplebroker-redis")
 except PackageNotFoundError:  # imported from a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["SimpleBrokerBroker", "__version__", "register"]
+__all__ = ["SimpleBrokerBroker", "UnconfirmedPublish", "__version__", "register"]

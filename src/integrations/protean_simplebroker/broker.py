@@ -30,11 +30,12 @@ from simplebroker_redis.tasks import index_key
 
 from . import config, reports
 from .dlq import DeadLetters
+from .errors import UnconfirmedPublish
 from .groups import Groups
 from .inflight import InFlight, Taken
 from .messages import ENVELOPE_OVERHEAD, log_key, serialize
 from .names import Layout
-from .reads import take
+from .reads import take_when_idle
 from .store import Store
 from .taskformat import FRAMEWORK, message_id, message_type
 
@@ -72,6 +73,7 @@ class SimpleBrokerBroker(BaseBroker):
         self._store_: Store | None = None
         self._groups_: Groups | None = None
         self._guard = threading.RLock()
+        self._handing = threading.Lock()  #: held by a read of an owned group (see _take)
         self._inflight = InFlight()
         self._owned: set[tuple[str, str]] = set()
         self._consumers: dict[str, set[str]] = {}
@@ -140,8 +142,9 @@ class SimpleBrokerBroker(BaseBroker):
 
         Idempotent by the message's ID (``metadata.headers.id``): published
         again within ``DEDUPE_SECONDS`` (by Protean's own retry after a
-        connection error, or by the caller after ``OutcomeUnknown``), it is
-        stored once and the first ID is returned.
+        connection error, or by the caller after ``OutcomeUnknown`` or
+        ``UnconfirmedPublish``: stored on the primary, no replica confirmed
+        it in time), it is stored once and the first ID is returned.
         """
         return self._append(stream, message, dedupe=True)
 
@@ -166,26 +169,20 @@ class SimpleBrokerBroker(BaseBroker):
         except ReplicationTimeout as exc:
             if not isinstance(exc.result, int):
                 raise
-            # Written on the primary; re-publishing would deliver it twice.
-            logger.warning("publish to %s not confirmed by a replica: %s", stream, exc)
-            identifier = exc.result
+            self.store.notify(log)  # stored on the primary; a failover may lose it
+            raise UnconfirmedPublish(stream, str(exc.result)) from exc
         self.store.notify(log)
         if self.store.task_stats is not None:
             self.store.task_stats.enqueued(message_type(message))
         return str(identifier)
 
     # -- consuming ------------------------------------------------------------------------
-    def _take(self, stream: str, group: str, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """Return up to ``count`` messages for this consumer (see :mod:`.reads`)."""
-        return take(
-            self.store,
-            self.groups,
-            self._inflight,
-            stream,
-            group,
-            count,
-            owned=(stream, group) in self._owned,
-        )
+    def _take(
+        self, stream: str, group: str, count: int, until: float = 0.0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Return up to ``count`` messages for this consumer (:func:`.reads.take_when_idle`)."""
+        parts = (self.store, self.groups, self._inflight, self._handing, stream, group, count)
+        return take_when_idle(*parts, owned=(stream, group) in self._owned, until=until)
 
     def _get_next(self, stream: str, consumer_group: str) -> tuple[str, dict[str, Any]] | None:
         """Reserve the group's next message."""
@@ -238,7 +235,7 @@ class SimpleBrokerBroker(BaseBroker):
         deadline = time.monotonic() + min(timeout_ms, MAX_BLOCK_MS) / 1000
         while True:
             for stream in streams:
-                taken = self._take(stream, consumer_group, count)
+                taken = self._take(stream, consumer_group, count, until=deadline)
                 if taken:
                     result[stream] = taken
                     return result
@@ -254,8 +251,11 @@ class SimpleBrokerBroker(BaseBroker):
         taken = self._inflight.get(key, identifier)
         if taken is None:
             return False
-        done = self.store.ack(taken.held)  # an error keeps it held: the caller may retry
-        self._inflight.drop(key, identifier)
+        try:
+            done = self.store.ack(taken.held)
+        finally:
+            # Protean never retries an ack: a failed one lets the copy go (issue 42).
+            self._inflight.drop(key, identifier)
         self._count_run(taken, ok=True)
         if not done:
             logger.warning(

@@ -11,6 +11,16 @@ A consumer whose group a Protean subscription owns gets its messages one
 per read (a subscription starts each one as soon as it gets it): the rest
 of a reservation *waits* here, held and renewed, until a read takes it, so
 each message is checked against its lease right before it starts.
+
+Protean's engine runs every handler on its event loop, one at a time, and
+its subscriptions read in threads meanwhile: a message a read returned
+while another subscription's handler ran waits for that handler, checked
+but not started, and a process stopped then (SIGSTOP, a GC pause) past
+its lease would start it after waking (issue 42). So a message a read of
+an owned group returned counts as *in a handler* (``busy``) until it is
+settled, nacked, or its subscription reads again (a subscription reads
+only after it handled what it read), and such a read first waits
+(:meth:`InFlight.wait_idle`) until no other subscription's message is.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ class Taken:
     redeliver: bool = False  #: nacked: the next read of its group returns it
     started: float = dataclasses.field(default_factory=time.perf_counter)  #: this delivery's
     waiting: bool = False  #: reserved, not yet returned by a read
+    busy: bool = False  #: returned by a read of an owned group, not settled: in a handler
 
 
 class InFlight:
@@ -42,6 +53,7 @@ class InFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  #: notified when a busy message is not
         self._groups: dict[Key, dict[str, Taken]] = {}
 
     def add(
@@ -69,6 +81,35 @@ class InFlight:
                 taken.started = time.perf_counter()
             return waiting
 
+    def handed(self, key: Key, identifiers: list[str]) -> None:
+        """Note that a read of an owned group returned ``identifiers``: in a handler now."""
+        with self._lock:
+            group = self._groups.get(key, {})
+            for identifier in identifiers:
+                if identifier in group:
+                    group[identifier].busy = True
+
+    def wait_idle(self, key: Key, until: float) -> bool:
+        """Wait until no message of another group than ``key`` is in a handler; False at ``until``.
+
+        ``until``: a ``time.monotonic()`` reading (now or earlier: no wait).
+        The group ``key`` reads again, so none of its own is in a handler.
+        """
+        with self._idle:
+            for taken in self._groups.get(key, {}).values():
+                taken.busy = False
+            while any(
+                taken.busy
+                for other, group in self._groups.items()
+                if other != key
+                for taken in group.values()
+            ):
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+            return True
+
     def get(self, key: Key, identifier: str) -> Taken | None:
         """Return what this consumer holds under ``identifier``, or None."""
         with self._lock:
@@ -78,13 +119,15 @@ class InFlight:
         """Forget a message that was settled."""
         with self._lock:
             self._groups.get(key, {}).pop(identifier, None)
+            self._idle.notify_all()
 
     def redeliver(self, key: Key, identifier: str) -> None:
         """Mark a held message for redelivery to this consumer (a nack)."""
         with self._lock:
             taken = self._groups.get(key, {}).get(identifier)
             if taken is not None:
-                taken.redeliver = True
+                taken.redeliver, taken.busy = True, False
+                self._idle.notify_all()
 
     def take_redeliveries(self, key: Key, limit: int) -> list[tuple[str, Taken]]:
         """Return up to ``limit`` nacked messages, oldest first, as delivered again."""
@@ -104,4 +147,5 @@ class InFlight:
         with self._lock:
             everything = [t for group in self._groups.values() for t in group.values()]
             self._groups.clear()
+            self._idle.notify_all()
             return everything

@@ -9,12 +9,17 @@ reads. Every message is checked against its lease right before it is
 returned (``Store.startable``): one whose lease ran out while the process
 was stopped, or cut off from the server, is handed back unstarted, and one
 another consumer recovered meanwhile is forgotten. Neither reaches a
-handler here.
+handler here. A read of an owned group makes that check only once no
+other subscription's handler of the process runs (the broker waits with
+``InFlight.wait_idle``), so what it returns starts at once, not after a
+handler during which the process may have been stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any, Final
 
 from simplebroker.ext import OperationalError
@@ -57,7 +62,42 @@ def take(
         if not _reserve(store, groups, inflight, key, count - len(out), owned=owned):
             break
         out += _startable(store, inflight, key, inflight.take_waiting(key, want - len(out)))
+    if owned:  # its subscription starts it at once: in a handler (see .inflight)
+        inflight.handed(key, [identifier for identifier, _ in out])
     return out
+
+
+def take_when_idle(
+    store: Store,
+    groups: Groups,
+    inflight: InFlight,
+    handing: threading.Lock,
+    stream: str,
+    group: str,
+    count: int,
+    *,
+    owned: bool,
+    until: float,
+) -> Taking:
+    """:func:`take`, but an owned group's read waits until no other handler of the process runs.
+
+    It waits until ``until`` (``time.monotonic()``; the past: no wait) and
+    returns nothing past it, so what it returns starts at once and never
+    waits in this process, checked but not started, while a stop outlasts
+    its lease (see :mod:`.inflight`). ``handing``: one such read at a time
+    (two could each pass the wait, and the second's message would wait for
+    the first's handler).
+    """
+    if not owned:
+        return take(store, groups, inflight, stream, group, count, owned=False)
+    if not handing.acquire(timeout=max(0.0, until - time.monotonic())):
+        return []
+    try:
+        if not inflight.wait_idle((stream, group), until):
+            return []
+        return take(store, groups, inflight, stream, group, count, owned=True)
+    finally:
+        handing.release()
 
 
 def _reserve(

@@ -156,18 +156,20 @@ class RedisStore(Store):
         up to ``ACK_RETRY_SECONDS``, the copy held and renewed meanwhile:
         Protean does not retry an acknowledgement, and a copy left held
         would never be settled. A try whose reply was lost may have settled
-        it: a repeat that finds it gone counts as done. Past that time the
-        error is raised and the copy stays held (the caller may retry).
+        it: a repeat that finds it gone counts as done. Past that time (or
+        on an error that is not transient) the error is raised and the copy
+        is let go: no longer renewed, it returns to its group when its lease
+        ends and is handled again (issue 42: held and renewed for a retry
+        that never comes, it was never settled).
         """
         # Settling, not let go: held until it lands, and a renewal that
         # finds the token gone because it landed reports nothing lost.
         self.holdings.settling(held.handle)
         try:
             settled, unsure = self._ack_retrying(held)
-        except BaseException:
-            self.holdings.unsettle(held.handle)  # still held: the caller may retry
-            raise
-        self.holdings.settled(held.handle)
+        finally:
+            # Landed, or failed for good: not renewed any more either way.
+            self.holdings.settled(held.handle)
         if settled == 0 and unsure:
             logger.info("message %s was acknowledged by a try whose reply was lost", held.copy_id)
             return True

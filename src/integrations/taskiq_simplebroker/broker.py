@@ -20,7 +20,7 @@ from taskiq.acks import AckableMessage
 from taskiq.exceptions import TaskRejectedError
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis.aio import AsyncMessages, AsyncRedisRunner
+from simplebroker_redis import AsyncMessages, AsyncRedisRunner
 from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.lease_timing import DEFAULT_LEASE_SECONDS, TimingError, lease_timing
 from simplebroker_redis.queue_names import storage_queue
@@ -105,7 +105,7 @@ class SimpleBrokerTaskiqBroker(AsyncBroker):
             backend takes too):
 
             - ``runner``: an existing
-              :class:`~simplebroker_redis.aio.AsyncRedisRunner` to share
+              :class:`~simplebroker_redis.AsyncRedisRunner` to share
               (with a result backend or schedule source) instead of ``url``;
             - ``namespace``: SimpleBroker namespace (default: the
               ``.broker.toml``'s when the server comes from there, else the

@@ -33,8 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from simplebroker_redis import OutcomeUnknown, ReplicationTimeout, calls
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner, OutcomeUnknown, ReplicationTimeout, calls
 from simplebroker_redis.types import Committed, SettleGroup, ValueWrite
 
 from .errors import BACKOFF_MAX, BACKOFF_MIN, is_transient

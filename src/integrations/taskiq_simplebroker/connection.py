@@ -1,7 +1,7 @@
 """Runners of the Taskiq classes: which server and namespace, and closing them.
 
 The broker, the result backend and the schedule source each build their
-:class:`~simplebroker_redis.aio.AsyncRedisRunner` here (or share one passed
+:class:`~simplebroker_redis.AsyncRedisRunner` here (or share one passed
 as ``runner=``), so none of them imports another for it.
 
 Without ``url`` or ``runner`` the server is ``$SIMPLEBROKER_REDIS_URL``
@@ -25,8 +25,8 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 from simplebroker import Config
 from simplebroker.ext import BrokerError, InvalidConfigError
 
+from simplebroker_redis import AsyncRedisRunner
 from simplebroker_redis import server as server_rule
-from simplebroker_redis.aio import AsyncRedisRunner
 from simplebroker_redis.options import DEFAULT_MAX_CONNECTIONS, BackendOptions
 from simplebroker_redis.server import Target, TargetError
 from simplebroker_redis.target_query import QUERY_OPTIONS, TLS_QUERY_OPTIONS

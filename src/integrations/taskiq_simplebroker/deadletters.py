@@ -29,10 +29,10 @@ from taskiq import AsyncResultBackend, TaskiqMessage, TaskiqResult
 from taskiq.abc.formatter import TaskiqFormatter
 from taskiq.result_backends.dummy import DummyResultBackend
 
-from simplebroker_redis import ReplicationTimeout
-from simplebroker_redis.aio import AsyncActivity, AsyncLeases, AsyncRedisRunner
-from simplebroker_redis.aio.tasks import stop_task
+from simplebroker_redis import AsyncLeases, AsyncRedisRunner, ReplicationTimeout
+from simplebroker_redis.activity import AsyncActivity
 from simplebroker_redis.calls.journal import JOURNAL_START
+from simplebroker_redis.loop_tasks import stop_task
 from simplebroker_redis.types import DeadLetterEntry, ValueWrite
 
 from .codec import decode_body

@@ -9,7 +9,7 @@ queues, highest first, then the queue itself, then the next listened queue
 too (``reserve_queues``, one token per queue that gave messages). Once a
 reservation comes back short (the sources are empty) it sleeps on their
 Pub/Sub wake-up channels (every write, release and recovery publishes there; see
-:class:`simplebroker_redis.aio.AsyncActivity`) until woken, until the next
+:class:`simplebroker_redis.activity.AsyncActivity`) until woken, until the next
 delayed message is due, or for at most :data:`IDLE_RECHECK` seconds: there
 is no polling loop.
 
@@ -49,7 +49,7 @@ from typing import Any, Final
 from taskiq.acks import AckableMessage
 
 from simplebroker_redis import ReplicationTimeout
-from simplebroker_redis.aio import AsyncActivity
+from simplebroker_redis.activity import AsyncActivity
 from simplebroker_redis.holdings import Standing
 from simplebroker_redis.types import Lease, LeasedMessage, MultiLease
 

@@ -23,7 +23,7 @@ from taskiq import AsyncResultBackend, TaskiqResult
 from taskiq.abc.serializer import TaskiqSerializer
 from taskiq.depends.progress_tracker import TaskProgress
 
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner
 from simplebroker_redis.types import ValueWrite
 
 from .codec import decode_body, encode_body

@@ -34,8 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simplebroker_redis import ReplicationTimeout
-from simplebroker_redis.aio import AsyncLeases, AsyncRedisRunner
+from simplebroker_redis import AsyncLeases, AsyncRedisRunner, ReplicationTimeout
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat
 from simplebroker_redis.lease_timing import LeaseTiming
 from simplebroker_redis.priorities import priority_queue

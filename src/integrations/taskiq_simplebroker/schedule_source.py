@@ -35,7 +35,7 @@ from taskiq.exceptions import ScheduledTaskCancelledError
 from taskiq.scheduler.scheduled_task import ScheduledTask
 
 from simplebroker_redis import ReplicationTimeout, calls
-from simplebroker_redis.types import LostRun, ScheduleKind
+from simplebroker_redis.calls.schedules import LostRun, ScheduleKind
 from simplebroker_redis.validation import number_problem
 
 from .connection import ServerKeywords, close_runner, open_runner

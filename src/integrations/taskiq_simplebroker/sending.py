@@ -24,8 +24,7 @@ from typing import Final
 
 from taskiq.message import BrokerMessage
 
-from simplebroker_redis import OutcomeUnknown
-from simplebroker_redis.aio import AsyncMessages
+from simplebroker_redis import AsyncMessages, OutcomeUnknown
 from simplebroker_redis.calls import DEFAULT_DEDUPE_SECONDS
 from simplebroker_redis.validation import number_problem
 

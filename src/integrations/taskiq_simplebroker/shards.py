@@ -25,7 +25,7 @@ from typing import Final, TypeVar
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from simplebroker_redis.aio import AsyncRedisRunner
+from simplebroker_redis import AsyncRedisRunner
 from simplebroker_redis.keys import validate_namespace
 
 from .errors import ConfigurationError

@@ -15,9 +15,11 @@ By concern:
 
 - :mod:`.outage`: what a lost or moved subscription does (backoff, re-routing,
   one warning per outage, the PING interval), shared with the asyncio
-  reader :class:`simplebroker_redis.aio.AsyncActivity`;
+  asyncio reader (:mod:`.aio`);
 - :mod:`.listener`: :class:`WakeupListener`, the one Pub/Sub connection and
   thread per process and namespace that dispatches to every waiter;
+- :mod:`.aio`: :class:`AsyncActivity`, its asyncio twin: the same wake-ups
+  read by a task on the event loop, for one set of queues;
 - :mod:`.memo`: the empty-queue memo that lets an idle ``has_pending_messages``
   cost one PING;
 - :mod:`.registry`: this process's listeners (``listener_for``,
@@ -26,12 +28,14 @@ By concern:
   ``ActivityWaiter`` (``open_waiter``).
 """
 
+from .aio import AsyncActivity
 from .listener import IDLE_LINGER, SYNC_WAIT, WakeupListener
 from .outage import PING_INTERVAL, STABLE_AFTER, SUBSCRIBE_WAIT, SlotMoved
 from .registry import close_idle_listeners, existing_listener, listener_for
 from .waiter import STOP_POLL, QueueActivityWaiter, open_waiter, wake_channels
 
 __all__ = [
+    "AsyncActivity",
     "IDLE_LINGER",
     "PING_INTERVAL",
     "STABLE_AFTER",

@@ -1,7 +1,7 @@
 """The outage policy of a wake-up subscription, the same for threads and asyncio.
 
 A subscription (the sync :class:`~.listener.WakeupListener` or the asyncio
-:class:`~simplebroker_redis.aio.AsyncActivity`) that loses its connection,
+:class:`~simplebroker_redis.activity.AsyncActivity`) that loses its connection,
 or whose slot moved, is in an *outage* until a new subscription has lasted
 :data:`STABLE_AFTER` seconds. :class:`Outage` decides everything that does
 not depend on how the subscriber reads its socket: where to reconnect (a

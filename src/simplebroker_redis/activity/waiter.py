@@ -20,7 +20,7 @@ STOP_POLL: Final[float] = 0.05
 def wake_channels(keys: Keyspace, queue_names: Iterable[str]) -> tuple[str, ...]:
     """Validate queue names; return their wake channels, each once, in order.
 
-    Shared by the sync waiter and :class:`~simplebroker_redis.aio.AsyncActivity`.
+    Shared by the sync waiter and :class:`~simplebroker_redis.activity.AsyncActivity`.
     """
     names = list(queue_names)
     if not names:

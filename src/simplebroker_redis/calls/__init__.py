@@ -12,7 +12,8 @@ types are in :mod:`simplebroker_redis.types`.
 
 The builders live by concern: :mod:`.base` (the :class:`Call` and shared
 argument helpers), :mod:`.queues` (namespace, writes, reads, probes,
-deletes), :mod:`.leases` (reservations), :mod:`.journal` (dead letters),
+deletes), :mod:`.leases` (reservations: every operation of the lease
+objects), :mod:`.journal` (dead letters),
 :mod:`.schedules` (Taskiq schedules), :mod:`.celery` (the Celery
 integration), :mod:`.dramatiq` (the Dramatiq integration's room: its keys
 and replies too), :mod:`.operations` (metrics, dashboard, worker beats) and
@@ -34,8 +35,11 @@ from .celery import (
 from .dramatiq import dramatiq_dead, dramatiq_store
 from .journal import dead_letter_ack, dead_letters
 from .leases import (
+    ack,
     commit,
+    deliveries,
     recover,
+    reject,
     release,
     renew,
     renewal,
@@ -78,6 +82,7 @@ from .tasks import running, task_find, task_stats, task_stats_read
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",
     "Call",
+    "ack",
     "advance_ts",
     "alias_add",
     "alias_remove",
@@ -99,6 +104,7 @@ __all__ = [
     "dedupe",
     "delete_ids",
     "delete_queues",
+    "deliveries",
     "depths",
     "dramatiq_dead",
     "dramatiq_store",
@@ -114,6 +120,7 @@ __all__ = [
     "probe_pending",
     "ready_count",
     "recover",
+    "reject",
     "release",
     "rename",
     "renew",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -24,9 +24,8 @@ class Call(Generic[R]):
     ``idempotent`` calls change nothing and may be retried once after a
     connection error. ``writes`` marks a plain command that changes data:
     with the durability options it is followed by WAIT/WAITAOF, as every
-    state-changing script is. A call bound to an
-    asyncio runner (``dataclasses.replace(call, runner=...)``) can be awaited
-    directly.
+    state-changing script is. A call is data: a runner runs it
+    (``runner.run(call)``, awaited on an asyncio runner).
     """
 
     parse: Callable[[Any], R]
@@ -35,7 +34,6 @@ class Call(Generic[R]):
     extra_keys: tuple[str, ...] = ()
     command: Callable[[Any], Any] | None = None
     idempotent: bool = False
-    runner: Any = None  #: an asyncio runner this call is bound to (``AsyncLeases``)
     writes: bool = False  #: a plain command that changes data (see above)
 
     @property
@@ -51,13 +49,6 @@ class Call(Generic[R]):
         if self.script is None:
             return self.writes
         return self.script not in READ_ONLY and self.script != "init"
-
-    def __await__(self) -> Generator[Any, None, R]:
-        """Run this call on the asyncio runner it is bound to, and return its reply."""
-        if self.runner is None:
-            raise TypeError("this call is not bound to an asyncio runner: use runner.run(call)")
-        reply: Generator[Any, None, R] = self.runner.run(self).__await__()
-        return reply
 
 
 # -- arguments ------------------------------------------------------------------------

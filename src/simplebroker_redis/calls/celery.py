@@ -1,24 +1,107 @@
-"""Calls of the Celery integration (celery_simplebroker): exchange tables, chords, results.
+"""Celery's room (celery_simplebroker): its calls, keys and reply types.
 
-Unlike the queue scripts, these touch keys beyond the fixed ones (a chord's
-keys, a result entry), which the builders pass as extra ``KEYS`` from the
-namespace's :class:`~simplebroker_redis.keys.Keyspace`.
+Its scripts are ``lua/celery/`` (exchange tables, chords, results). Unlike
+the queue scripts, these touch keys beyond the fixed ones (the exchange
+tables, a chord's keys, a result entry): they are named here, under the
+namespace's ``celery:`` prefix (:meth:`~simplebroker_redis.keys.Keyspace.celery`),
+and the builders pass them as extra ``KEYS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..keys import Keyspace, format_id
-from ..types import BindingRecord, CeleryStored, ChordDispatch, ChordPart, ExchangeTable, Settlement
+from ..types import MultiLease, Settlement
 from ..validation import validate_queue_name
 from .base import Call, flag
 from .leases import ordered_args, parse_multi_lease
 
 
+# -- keys ---------------------------------------------------------------------------
 def _binding_keys(keys: Keyspace) -> tuple[str, str]:
-    return keys.celery_bindings, keys.celery_binding_deadlines
+    """Return the hash of exchange bindings and the zset of their deadlines.
+
+    The hash maps ``"<exchange> US <key> US <queue>"`` to JSON; the zset each
+    binding of a queue that expires when unused to its expiry (server ms).
+    """
+    return keys.celery("bindings"), keys.celery("binding_deadlines")
+
+
+def entry_key(keys: Keyspace, name: str) -> str:
+    """Return the key of the Celery result backend's entry ``name``.
+
+    ``name`` is Celery's own key name (``celery-task-meta-<id>``,
+    ``celery-taskset-meta-<id>``, ``chord-unlock-<group>``).
+    """
+    return keys.celery(name)
+
+
+def chord_keys(keys: Keyspace, name: str) -> tuple[str, str, str, str]:
+    """Return the keys of a chord's state: (parts, dispatch claim, size, results).
+
+    ``name`` is Celery's key name of the chord (``chord-unlock-<group>``).
+    The parts set holds ``"<task id>:<header index>"`` of every finished
+    header entry, the results hash maps each to its result; the claim
+    string holds the member that dispatches the body, then ``done``; the
+    size hash holds ``size`` (Celery's ``set_chord_size``) and ``extra``
+    (``add_to_chord``).
+    """
+    parts = entry_key(keys, name)
+    return parts, f"{parts}.dispatch", f"{parts}.size", f"{parts}.results"
+
+
+# -- replies --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    """One binding to store: its name, JSON value, and lifetime (ms, 0: forever)."""
+
+    name: str  #: ``"<exchange> US <routing key> US <queue>"``
+    value: str
+    lifetime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeTable:
+    """The live bindings of an exchange, and expired ones (any exchange) just removed."""
+
+    live: tuple[tuple[str, str], ...]  #: (binding, JSON value)
+    removed: tuple[str, ...]  #: binding names
+
+
+@dataclass(frozen=True, slots=True)
+class ChordPart:
+    """Outcome of counting one finished chord header entry."""
+
+    seen: int  #: header entries counted so far (-1: the body was dispatched already)
+    dispatch: bool  #: this call must dispatch the body
+    #: For the call that must: every entry's (part, result), in no particular order.
+    results: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """Return True when the chord's body was dispatched already."""
+        return self.seen < 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChordDispatch:
+    """Outcome of committing a chord's dispatch."""
+
+    committed: bool  #: False: the chord was done already; nothing was written
+    ids: tuple[int, ...]  #: IDs of the messages written, in argument order
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryStored:
+    """Outcome of ``celery_store.lua``: the entry, and the acknowledgement it carried."""
+
+    stored: int  #: 1 stored, 0 kept (the task had succeeded), -1 nothing done
+    settlement: Settlement  #: of the acknowledged message (0, 0 when none was named)
+    #: The next messages reserved with it (``reserve_from``); None when not asked or stored is -1.
+    reserved: MultiLease | None = None
 
 
 def _lifetime(lifetime_ms: int) -> int:
@@ -72,13 +155,13 @@ def celery_chord_size(keys: Keyspace, chord: str, size: int | None, lifetime_ms:
     ``size`` None only starts the run (the size comes later).
     """
     args = ("" if size is None else _chord_size(size), _lifetime(lifetime_ms))
-    return Call(int, "celery_chord_size", args, extra_keys=keys.celery_chord(chord))
+    return Call(int, "celery_chord_size", args, extra_keys=chord_keys(keys, chord))
 
 
 def celery_chord_add(keys: Keyspace, chord: str, lifetime_ms: int) -> Call[int]:
     """``celery_chord_add.lua``: ``chord`` waits for one more header entry."""
     args = (_lifetime(lifetime_ms),)
-    return Call(int, "celery_chord_add", args, extra_keys=keys.celery_chord(chord))
+    return Call(int, "celery_chord_add", args, extra_keys=chord_keys(keys, chord))
 
 
 def celery_chord_part(
@@ -92,7 +175,7 @@ def celery_chord_part(
     if not part:
         raise ValueError("part must not be empty")
     args = (part, result, _chord_size(size), _lifetime(lifetime_ms))
-    return Call(_chord_part, "celery_chord_part", args, extra_keys=keys.celery_chord(chord))
+    return Call(_chord_part, "celery_chord_part", args, extra_keys=chord_keys(keys, chord))
 
 
 def _chord_dispatch(raw: Any) -> ChordDispatch:
@@ -122,7 +205,7 @@ def celery_chord_dispatch(
     for queue, body in messages:
         args += (validate_queue_name(queue), body)
     return Call(
-        _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=keys.celery_chord(chord)
+        _chord_dispatch, "celery_chord_dispatch", tuple(args), extra_keys=chord_keys(keys, chord)
     )
 
 
@@ -183,4 +266,4 @@ def celery_store(
         if not ack:
             raise ValueError("reserving with a result needs its acknowledgement")
         args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries, holder)
-    return Call(_celery_stored, "celery_store", args, extra_keys=(keys.celery_entry(name),))
+    return Call(_celery_stored, "celery_store", args, extra_keys=(entry_key(keys, name),))

@@ -34,6 +34,16 @@ def result_key(keys: Keyspace, message_key: str) -> str:
     return keys.dramatiq(f"result:{message_key}")
 
 
+def result_of_key(keys: Keyspace, task_id: str) -> str:
+    """Return the key naming the result of Dramatiq message ``task_id`` (its message key).
+
+    Dramatiq's message key is an MD5 of the result namespace, queue, actor
+    and message ID: the dashboard, given only the message ID, reads this
+    key first (``dramatiq_store.lua`` writes it beside the result).
+    """
+    return keys.dramatiq(f"result-of:{task_id}")
+
+
 def dead_times_key(keys: Keyspace) -> str:
     """Return the zset of dead messages (``"<dead-letter queue> <id>"``) -> death (server ms)."""
     return keys.dramatiq("dead")
@@ -80,19 +90,27 @@ def dramatiq_store(
     *,
     token: str = "",
     message_id: int | None = None,
+    task_id: str = "",
 ) -> Call[Stored]:
     """Store a result (``expiry_ms`` 0: kept) and wake its waiters; with ``token``, ack too.
 
     ``dramatiq_store.lua``: the acknowledgement deletes ``message_id`` of
     the reservation ``token``; a token that no longer holds it stores
-    nothing (``Stored.stored`` False).
+    nothing (``Stored.stored`` False). With ``task_id`` (the Dramatiq
+    message ID) it also records, with the same expiry, that this result is
+    that message's (:func:`result_of_key`).
     """
     _whole("expiry_ms", expiry_ms)
     if token and message_id is None:
         raise ValueError("an acknowledgement needs the message ID")
+    if not message_key:
+        raise ValueError("a result needs its message key")
     ack = (token, format_id(int(message_id))) if token and message_id is not None else ("", "")
-    args = (value, expiry_ms, result_queue(message_key), *ack)
-    return Call(_stored, "dramatiq_store", args, extra_keys=(result_key(keys, message_key),))
+    args: tuple[object, ...] = (value, expiry_ms, result_queue(message_key), *ack)
+    extra: tuple[str, ...] = (result_key(keys, message_key),)
+    if task_id:
+        args, extra = (*args, message_key), (*extra, result_of_key(keys, task_id))
+    return Call(_stored, "dramatiq_store", args, extra_keys=extra)
 
 
 def _dead(raw: Any) -> DeadLettered:

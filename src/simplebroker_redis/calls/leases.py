@@ -1,8 +1,9 @@
-"""Calls of the reservation scripts: reserve, settle, commit, release, renew, recover.
+"""Calls of the reservation scripts: reserve, settle (ack, reject), commit, release, renew, recover.
 
-:mod:`simplebroker_redis.leases` defines the reservation API on top of
-these; the Celery result store (:mod:`.celery`) reuses the ordered
-reservation's arguments and reply.
+Every reservation operation is built here, once; :mod:`simplebroker_redis.leases`
+only runs them (``Leases``: one line per operation, and its asyncio twin).
+The Celery result store (:mod:`.celery`) reuses the ordered reservation's
+arguments and reply.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..keys import format_id
+from ..keys import Keyspace, format_id
 from ..types import (
     Committed,
     Lease,
@@ -218,6 +219,27 @@ def settle(
     if target:
         validate_queue_name(target)
     return Call(_settlement, "settle", (token, mode, target, *id_args(ids)))
+
+
+def ack(token: str, ids: Iterable[int] | None = None, *, delete: bool = False) -> Call[Settlement]:
+    """:func:`settle` that consumes ``ids`` of a token (all when None): claimed, or deleted."""
+    return settle(token, "delete" if delete else "claim", "", ids)
+
+
+def reject(token: str, ids: Iterable[int] | None, queue: str) -> Call[Settlement]:
+    """:func:`settle` that moves ``ids`` of a token (all when None) to ``queue``, same IDs."""
+    validate_queue_name(queue)
+    return settle(token, "move", queue, ids)
+
+
+def _count(raw: Any) -> int:
+    return int(raw or 0)
+
+
+def deliveries(keys: Keyspace, message_id: int) -> Call[int]:
+    """How many times ``message_id`` has been reserved (one ``HGET``, no script)."""
+    key, field = keys.deliveries, format_id(int(message_id))
+    return Call(_count, command=lambda client: client.hget(key, field), idempotent=True)
 
 
 def _committed(raw: Any) -> Committed:

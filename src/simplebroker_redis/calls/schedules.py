@@ -1,11 +1,37 @@
-"""Calls of Taskiq's schedule source: claim a due run, confirm it was sent, list them."""
+"""Taskiq's room: the schedule source's calls (claim a due run, confirm it was sent, list them).
+
+Its scripts are ``lua/taskiq/schedule_*.lua``; its reply types are here.
+(Its keys, ``schedules``, ``schedule_runs`` and ``schedule_claims``, are
+fixed keys of every namespace: see :mod:`simplebroker_redis.keys`.)
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from ..types import LostRun, ScheduleKind, ScheduleTable
 from .base import Call, lease_microseconds, parse_bool
+
+#: Which run of a Taskiq schedule ``schedule_claim.lua`` claims.
+ScheduleKind = Literal["time", "cron", "interval", "retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class LostRun:
+    """A claimed schedule run whose claim expired unsent (its scheduler died)."""
+
+    schedule_id: str
+    run: str  #: the run's name (give it to ``schedule_claim(..., "retry", run)``)
+    schedule: str  #: the schedule's JSON when it was claimed
+    claimed_us: int  #: when it was first claimed (server time, microseconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTable:
+    """The stored schedules, and the claimed runs that were lost."""
+
+    schedules: dict[str, str]  #: schedule id -> JSON
+    lost: tuple[LostRun, ...]
 
 
 def _claimed(raw: Any) -> str | None:

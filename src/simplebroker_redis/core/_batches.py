@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any, Unpack
@@ -11,6 +12,7 @@ from simplebroker import resolve_config
 
 from ..errors import ReservationLost
 from ..leases import Leases
+from ..types import Lease
 from ..validation import validate_queue_name
 from ._base import CoreBase
 from ._selection import Options, select
@@ -24,6 +26,31 @@ _CROSS_THREAD = (
 )
 
 
+def _expired(queue: str, lease_seconds: float | None) -> str:
+    return (
+        f"the lease of an at_least_once batch from {queue!r} ran out "
+        f"(stale_batch_seconds={lease_seconds}) before all its messages were yielded; "
+        "the rest were not handed out and the batch was released: its messages "
+        "will be delivered again (another reader may have them already)"
+    )
+
+
+def _handed_out(
+    lease: Lease,
+    expires: float | None,
+    owner: int,
+    with_timestamps: bool,
+    lease_seconds: float | None,
+) -> Iterator[Row | str]:
+    """Yield a batch's messages while its lease (``expires``, monotonic) lasts, on one thread."""
+    for message in lease.messages:
+        if expires is not None and time.monotonic() >= expires:
+            raise ReservationLost(_expired(lease.queue, lease_seconds))
+        yield (message.body, message.id) if with_timestamps else message.body
+        if threading.get_ident() != owner:
+            raise RuntimeError(_CROSS_THREAD)
+
+
 class BatchesMixin(CoreBase):
     """``claim_generator``/``move_generator`` with ``at_least_once`` delivery.
 
@@ -32,7 +59,10 @@ class BatchesMixin(CoreBase):
     generator early releases the uncommitted batch: those messages are
     pending again with the same IDs and order. The reservation's lease is
     ``stale_batch_seconds`` from its creation; after that any reader may
-    recover it.
+    recover it, so a batch whose lease ran out (the process was stopped, or
+    cut off from the server, for longer than that) yields nothing more: the
+    next message is not handed out, the batch is released and
+    :class:`~simplebroker_redis.ReservationLost` is raised (issue 42).
     """
 
     @staticmethod
@@ -71,6 +101,9 @@ class BatchesMixin(CoreBase):
         leases = Leases(self._runner)
         owner = threading.get_ident()
         while True:
+            # Read before the request is sent: the lease starts on the server
+            # after it, so this deadline comes before the server's, never after.
+            sent = time.monotonic()
             lease = leases.reserve(
                 queue,
                 lease_seconds=lease_seconds,
@@ -80,13 +113,11 @@ class BatchesMixin(CoreBase):
             )
             if not lease.messages:
                 return
+            expires = None if lease_seconds is None else sent + lease_seconds
             committed = False
             try:
                 self._open_batches[owner] = "move" if target else "claim"
-                for message in lease.messages:
-                    yield (message.body, message.id) if with_timestamps else message.body
-                    if threading.get_ident() != owner:
-                        raise RuntimeError(_CROSS_THREAD)
+                yield from _handed_out(lease, expires, owner, with_timestamps, lease_seconds)
                 self._open_batches.pop(owner, None)
                 outcome = leases.commit(lease.token, "move" if target else "claim")
                 committed = True

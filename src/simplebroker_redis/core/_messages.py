@@ -158,13 +158,17 @@ class MessagesMixin(CoreBase):
         self._record_activity(1)
         return committed
 
-    def write_delayed(self, queue: str, message: str, delay_seconds: float) -> int:
+    def write_delayed(
+        self, queue: str, message: str, delay_seconds: float, *, task_key: str = ""
+    ) -> int:
         """Write a message that becomes claimable only after ``delay_seconds``.
 
         Until then it is pending for peek and stats but not claimable. The
-        delay is measured on the server's clock.
+        delay is measured on the server's clock. ``task_key`` indexes it, as
+        for :meth:`write`.
         """
         validate_queue_name(queue)
+        check_task_key(task_key)
         self._guard("write")
         self._validate_message(message)
         delay_us = max(0, round(float(delay_seconds) * 1_000_000))
@@ -176,6 +180,7 @@ class MessagesMixin(CoreBase):
                 candidates[0],
                 delay_us=delay_us,
                 maintenance=self._maintenance_spec(),
+                task_key=task_key,
             ),
         )
         self._clock.observe(committed)

@@ -11,6 +11,8 @@
 -- Returns: flat {id1, body1, id2, body2, ...} in selection order.
 -- Side effect first: upkeep() releases expired reservations and promotes due
 -- delayed messages (each a complete transition of its own).
+-- Raises (before any write): WRONGTYPE for a key of the wrong type; CORRUPT
+--         for damaged data.
 local queue, op, target = ARGV[2], ARGV[3], ARGV[4]
 local limit, order = tonumber(ARGV[5]), ARGV[6]
 local after, before, exact = ARGV[7], ARGV[8], ARGV[9]

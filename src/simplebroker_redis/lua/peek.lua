@@ -7,6 +7,7 @@
 -- ARGV: 1 wake prefix, 2 queue, 3 limit, 4 order, 5 after, 6 before, 7 exact,
 --       8 '1' to include claimed messages.
 -- Returns: flat {id1, body1, ...} in order.
+-- Raises: CORRUPT for a message without a body (read only: nothing changes).
 local queue, limit, order = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local after, before, exact = ARGV[5], ARGV[6], ARGV[7]
 local sources = {K_PENDING, K_RESERVED, K_DELAYED}

@@ -7,6 +7,8 @@
 --       5.. 19-digit ids, or a single '*' for every ID the token holds.
 -- Returns: number of IDs released (a message past its max deliveries goes to
 -- the token's dead-letter queue and is counted too). Unknown tokens release 0.
+-- Raises (before any write): WRONGTYPE for a key of the wrong type; CORRUPT
+--         for damaged data.
 local token = ARGV[2]
 local record = read_record(token)
 if not record then return 0 end

@@ -7,6 +7,7 @@
 --       for 'beat'), 5 time-to-live in µs of every record.
 -- Returns: number of records kept.
 -- Stored: workers[id] = "<server µs of the beat> <record>".
+-- Raises (before any write): ARG for malformed arguments.
 local mode, id, record, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if mode ~= 'beat' and mode ~= 'leave' then fail('ARG', 'worker_beat mode ' .. tostring(mode)) end
 if not ttl or ttl <= 0 then fail('ARG', 'worker_beat time-to-live') end

@@ -1,7 +1,7 @@
 """Runners: run typed calls on a pooled connection; one retry-and-translate rule.
 
 The sync :class:`RedisRunner` and the asyncio
-:class:`~simplebroker_redis.aio.AsyncRedisRunner` share
+:class:`AsyncRedisRunner` share
 :class:`RunnerBase` and the one rule for failures:
 
 - every redis-py error is translated into a SimpleBroker exception here
@@ -22,12 +22,14 @@ The sync :class:`RedisRunner` and the asyncio
   trip); too few acknowledgements raise :class:`~.errors.ReplicationTimeout`.
 
 One module per concern: :mod:`.base` (``RunnerBase``), :mod:`.sync`
-(``RedisRunner``), :mod:`.registry` (the process-wide runners cores borrow),
-:mod:`.attempt` (the failure rule), :mod:`.durability` (WAIT/WAITAOF) and
-:mod:`.wire` (a script sent past redis-py's command wrapper); the last three
-serve both runners. This module only re-exports.
+(``RedisRunner``), :mod:`.aio` (its asyncio twin, ``AsyncRedisRunner``),
+:mod:`.registry` (the process-wide runners cores borrow), :mod:`.attempt`
+(the failure rule), :mod:`.durability` (WAIT/WAITAOF) and :mod:`.wire` (a
+script sent past redis-py's command wrapper); the last three serve both
+runners. This module only re-exports.
 """
 
+from .aio import AsyncRedisRunner
 from .attempt import Attempt
 from .base import RunnerBase
 from .registry import release_shared_runners, shared_runner
@@ -35,6 +37,7 @@ from .sync import RedisRunner
 from .wire import direct, keep_limit
 
 __all__ = [
+    "AsyncRedisRunner",
     "Attempt",
     "RedisRunner",
     "RunnerBase",

@@ -11,6 +11,11 @@ Every operation is assembled from three parts:
    dependency order;
 3. the operation file ``lua/<name>.lua`` itself.
 
+A framework's scripts and modules live in a room of their own,
+``lua/<room>/`` and ``lua/<room>/lib/`` (:data:`ROOMS`: ``celery``,
+``taskiq``, ``dramatiq``), so the core's folder holds only the core's; they
+are assembled and loaded exactly as the core's, into the same library.
+
 Nothing is discovered: a module is included because a header names it, and
 ``tests/test_lua_modules.py`` fails when a file uses a helper it did not
 declare.
@@ -103,6 +108,37 @@ ScriptName = Literal[
 
 SCRIPT_NAMES: Final[tuple[ScriptName, ...]] = get_args(ScriptName)
 
+#: The frameworks' rooms: the scripts and shared modules of each live in
+#: ``lua/<room>/`` and ``lua/<room>/lib/``; everything else is the core's
+#: (``lua/``, ``lua/lib/``).
+ROOMS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+    "celery": (
+        frozenset(name for name in SCRIPT_NAMES if name.startswith("celery_")),
+        frozenset({"celery"}),
+    ),
+    "taskiq": (frozenset({"schedule_claim", "schedule_sent", "schedule_list"}), frozenset()),
+    "dramatiq": (frozenset({"dramatiq_store", "dramatiq_dead"}), frozenset({"dramatiq"})),
+}
+
+
+def _room(name: str, *, module: bool) -> str:
+    """Return the folder under ``lua/`` that holds a script or module ('' for the core)."""
+    for room, (names, modules) in ROOMS.items():
+        if name in (modules if module else names):
+            return f"{room}/"
+    return ""
+
+
+def script_file(name: str) -> str:
+    """Return the path under ``lua/`` of operation ``name`` (in its room for a framework's)."""
+    return f"{_room(name, module=False)}{name}.lua"
+
+
+def module_file(name: str) -> str:
+    """Return the path under ``lua/`` of shared module ``name``."""
+    return f"{_room(name, module=True)}lib/{name}.lua"
+
+
 #: Name of the generated prelude in source maps and error locations.
 PRELUDE: Final[str] = "prelude"
 
@@ -126,8 +162,8 @@ def declared_uses(text: str) -> tuple[str, ...]:
 
 @cache
 def module_source(name: str) -> str:
-    """Return the text of the shared module ``lua/lib/<name>.lua``."""
-    return _read(f"lib/{name}.lua")
+    """Return the text of the shared module ``name`` (:func:`module_file`)."""
+    return _read(module_file(name))
 
 
 def _key_names() -> list[str]:
@@ -200,8 +236,8 @@ def module_order(name: str) -> tuple[str, ...]:
 
 @cache
 def script_body(name: str) -> str:
-    """Return the operation file ``lua/<name>.lua`` as written."""
-    return _read(f"{name}.lua")
+    """Return the operation file of ``name`` (:func:`script_file`) as written."""
+    return _read(script_file(name))
 
 
 #: Operations that never write: their functions carry the ``no-writes`` flag.
@@ -216,7 +252,7 @@ READ_ONLY: Final[frozenset[ScriptName]] = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    file: str  #: "prelude", "lib/<module>.lua" or "<name>.lua"
+    file: str  #: "prelude", or a path under lua/ (:func:`module_file`, :func:`script_file`)
     first_line: int  #: line of the assembled source where the part starts (1-based)
 
 
@@ -253,9 +289,9 @@ def _script(name: str) -> _Assembly:
     assembly = _Assembly()
     assembly.add(PRELUDE, prelude())
     for module in module_order(name):
-        assembly.add(f"lib/{module}.lua", module_source(module))
+        assembly.add(module_file(module), module_source(module))
     assembly.code("bind(KEYS, ARGV)")
-    assembly.add(f"{name}.lua", script_body(name))
+    assembly.add(script_file(name), script_body(name))
     return assembly
 
 
@@ -290,12 +326,12 @@ def _library() -> tuple[str, str, _Assembly]:
     assembly.code(f"#!lua name=simplebroker_redis_{tag}")
     assembly.add(PRELUDE, prelude(library=True))
     for module in modules:
-        assembly.add(f"lib/{module}.lua", module_source(module))
+        assembly.add(module_file(module), module_source(module))
     for name in SCRIPT_NAMES:
         assembly.code(f"redis.register_function{{function_name = '{prefix}{name}',")
         assembly.code("callback = function(keys, args)")
         assembly.code("bind(keys, args)")
-        assembly.add(f"{name}.lua", script_body(name))
+        assembly.add(script_file(name), script_body(name))
         flags = "{'no-writes'}" if name in READ_ONLY else "{}"
         assembly.code(f"end, flags = {flags}}}")
     return f"simplebroker_redis_{tag}", prefix, assembly

@@ -11,7 +11,8 @@ new integration (Dramatiq, say) adds one class and one entry point line.
 The hook is small: :meth:`TaskFormat.describe` reads a body
 (framework, task id, task name, a preview of its arguments);
 :meth:`TaskFormat.result_keys` and :meth:`TaskFormat.outcome` read a
-finished task's stored outcome; :meth:`TaskFormat.lookups` says where to
+finished task's stored outcome (:meth:`TaskFormat.follow` when the id
+only names where it is); :meth:`TaskFormat.lookups` says where to
 look for an id a user typed (by default the task index key
 ``"<framework>:<id>"``, which the integration's producer gives every
 message it writes: :func:`index_key`).
@@ -88,6 +89,17 @@ class TaskFormat:
 
     def outcome(self, value: str) -> TaskOutcome | None:
         """Return the outcome stored as ``value`` (one of :meth:`result_keys`), if readable."""
+        return None
+
+    def follow(self, keys: Keyspace, value: str) -> str | None:
+        """Return the key whose value is the outcome, when ``value`` (of a result key) names one.
+
+        None by default: a result key holds the outcome. A framework whose
+        results are keyed by more than the task id (Dramatiq's message key)
+        stores beside each result a key named by the task id whose value
+        names the result's key; the dashboard reads that key next (one more
+        round trip), and gives its value to :meth:`outcome`.
+        """
         return None
 
     def lookups(self, query: str, queues: Sequence[str]) -> Lookups:

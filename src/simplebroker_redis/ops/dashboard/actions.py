@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from simplebroker_redis.aio.runner import AsyncRedisRunner
 from simplebroker_redis.calls import delete_ids, delete_queues
 from simplebroker_redis.calls.operations import dead_letter_requeue
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.types import QueueView
 from simplebroker_redis.validation import validate_queue_name
+
+from .tasks import source_of
 
 
 async def perform(
@@ -96,7 +98,7 @@ def queue_json(
                     item["reason"] = "rejected by its worker, or dead-lettered and reported"
             messages.append(item)
         states[part.state] = {"count": part.count, "messages": messages}
-    requeue_to = name.removesuffix(".dead") if name.endswith(".dead") else ""
+    requeue_to = source_of(name) if dead else ""
     return {
         "queue": name,
         "shown": shown_queue(name),

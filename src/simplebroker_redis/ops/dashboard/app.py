@@ -50,9 +50,9 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from simplebroker_redis.aio.runner import AsyncRedisRunner
 from simplebroker_redis.calls.operations import MAX_INSPECT, inspect
 from simplebroker_redis.calls.tasks import task_stats_read
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.validation import validate_queue_name
 
 from ..task_summary import names_table, series

@@ -3,7 +3,7 @@
 :class:`LiveState` reads the namespace (``depths.lua``, one round trip)
 whenever a queue's wake-up channel hears something (every script that
 makes a message pending, delayed or released publishes there; see
-:mod:`simplebroker_redis.aio.activity`), and at least every ``refresh`` seconds, for what
+:mod:`simplebroker_redis.activity.aio`), and at least every ``refresh`` seconds, for what
 publishes nothing (acknowledgements, new queues, workers' beats). Each
 reading that differs from the last goes to every connected page as a
 server-sent event (``state``); pages never poll. Readings are at most
@@ -23,16 +23,16 @@ import json
 import logging
 from typing import Any, Final
 
-from simplebroker_redis.aio.activity import AsyncActivity
-from simplebroker_redis.aio.runner import AsyncRedisRunner
+from simplebroker_redis.activity import AsyncActivity
 from simplebroker_redis.calls import depths
 from simplebroker_redis.calls.tasks import task_stats_read
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.types import Snapshot
 
 from ..observe import NamespaceState, combine
 from ..task_summary import names_table, series
-from .tasks import Reader
+from .tasks import Reader, source_of
 
 logger = logging.getLogger("simplebroker_redis.dashboard")
 
@@ -85,6 +85,7 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
         counters.setdefault(queue, {})[event] = value
     queues = []
     for depth in state.queues:
+        dead = depth.queue in state.dead_letter_queues
         age = None
         if depth.oldest_pending_us is not None:
             age = max(0.0, (state.now_us - depth.oldest_pending_us) / 1e6)
@@ -98,7 +99,9 @@ def state_json(state: NamespaceState, namespace: str) -> dict[str, Any]:
                 "delayed": depth.delayed,
                 "claimed": depth.claimed,
                 "oldest_age": age,
-                "dead_letter": depth.queue in state.dead_letter_queues,
+                "dead_letter": dead,
+                # Where "retry all" sends a dead-letter queue's messages ('' unknown).
+                "source": source_of(depth.queue) if dead else "",
                 "counters": counters.get(depth.queue, {}),
             }
         )

@@ -17,14 +17,14 @@ in a queue none of the lookups named).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from simplebroker_redis.aio.runner import AsyncRedisRunner
 from simplebroker_redis.calls import peek, running
 from simplebroker_redis.calls.operations import inspect
 from simplebroker_redis.calls.tasks import task_find
 from simplebroker_redis.queue_names import shown_queue
+from simplebroker_redis.runner import AsyncRedisRunner
 from simplebroker_redis.tasks.formats import (
     Lookups,
     TaskFormat,
@@ -123,7 +123,8 @@ class Reader:
         items += await self._followed(lookup)
         items += await self._progress(items)
         seen = {item["framework"] for item in items if item["framework"]}
-        for (fmt, _), value in zip(result_keys, lookup.results, strict=True):
+        values = await self._pointed(result_keys, lookup.results)
+        for (fmt, _), value in zip(result_keys, values, strict=True):
             outcome = self._outcome(fmt, value)
             found = [i for i in items if i["framework"] == fmt.framework and i["result"] is None]
             for item in found:
@@ -133,6 +134,29 @@ class Reader:
             if outcome is not None and fmt.framework not in seen:
                 items.append(_finished(fmt.framework, query, outcome))
         return {"query": query, "now": lookup.now_us / 1e6, "tasks": _unique(items)}
+
+    async def _pointed(
+        self, result_keys: Sequence[tuple[TaskFormat, str]], values: Sequence[str]
+    ) -> list[str]:
+        """Return ``values`` with each one that names another key replaced by that key's value.
+
+        One more ``task_find.lua`` round trip, only when a format's value
+        names where its outcome is (:meth:`~simplebroker_redis.tasks.TaskFormat.follow`).
+        """
+        out = list(values)
+        hops: list[tuple[int, str]] = []
+        for at, ((fmt, _), value) in enumerate(zip(result_keys, values, strict=True)):
+            try:
+                key = fmt.follow(self.runner.keys, value) if value else None
+            except Exception:  # noqa: BLE001 - an unreadable pointer: no outcome
+                key, out[at] = None, ""
+            if key:
+                hops.append((at, key))
+        if hops:
+            got = await self.runner.run(task_find(result_keys=[key for _, key in hops]))
+            for (at, _), value in zip(hops, got.results, strict=True):
+                out[at] = value
+        return out
 
     async def _lookup(self, lookups: Lookups, result_keys: Sequence[str] = ()) -> TaskLookup:
         call = task_find(
@@ -263,8 +287,16 @@ class Reader:
             else ()
             for fmt, info in described
         ]
-        flat = [key for group in keys for key in group]
-        values = iter((await self.runner.run(task_find(result_keys=flat))).results if flat else ())
+        flat = [
+            (fmt, key)
+            for (fmt, _), group in zip(described, keys, strict=True)
+            if fmt is not None
+            for key in group
+        ]
+        values: Iterator[str] = iter(())
+        if flat:
+            read = (await self.runner.run(task_find(result_keys=[k for _, k in flat]))).results
+            values = iter(await self._pointed(flat, read))
         tasks = []
         for message, (fmt, info), group in zip(messages, described, keys, strict=True):
             outcomes = [self._outcome(fmt, next(values)) for _ in group]
@@ -299,11 +331,25 @@ class Reader:
             return journaled
         if info is not None and info.origin:
             return info.origin
-        for candidate in (fmt, *self.formats):
-            found = candidate.source_queue(queue) if candidate is not None else None
-            if found:
-                return found
-        return queue.removesuffix(".dead") if queue.endswith(".dead") else ""
+        return source_of(queue, (*((fmt,) if fmt is not None else ()), *self.formats))
+
+
+def source_of(dead_letter_queue: str, formats: Sequence[TaskFormat] | None = None) -> str:
+    """Return the queue ``dead_letter_queue``'s messages most likely came from ('' unknown).
+
+    A format's answer (Dramatiq's ``<queue>.XQ``, a Protean group's), else
+    the name without ``.dead``.
+    """
+    for candidate in task_formats() if formats is None else formats:
+        try:
+            found = candidate.source_queue(dead_letter_queue)
+        except Exception:  # noqa: BLE001 - a format's bug: no answer
+            found = None
+        if found:
+            return found
+    if dead_letter_queue.endswith(".dead"):
+        return dead_letter_queue.removesuffix(".dead")
+    return ""
 
 
 def _framework_of(location: TaskLocation) -> str:

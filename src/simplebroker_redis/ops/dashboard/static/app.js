@@ -142,7 +142,7 @@ function renderDead(state) {
   body.replaceChildren();
   const dead = state.queues.filter((q) => q.dead_letter);
   for (const q of dead) {
-    const target = el("input", { type: "text", value: q.name.endsWith(".dead") ? q.name.slice(0, -5) : "",
+    const target = el("input", { type: "text", value: q.source || "",
                                   "aria-label": `requeue ${q.name} to`, class: "target" });
     const buttons = el("td", {},
       el("button", { class: "link", onclick: () => openDetail(q.name) }, "messages"));
@@ -337,6 +337,7 @@ async function requeue(queue, target, ids, label) {
   try {
     const done = await post(`api/dead-letters/${encodeURIComponent(queue)}/requeue`, { target, ids });
     toast(`requeued ${done.moved} message(s) to ${done.target}`);
+    if (window.tasksChanged) window.tasksChanged();
   } catch (error) { toast(`retry failed: ${error.message}`, true); }
 }
 
@@ -345,6 +346,7 @@ async function purge(queue) {
   try {
     const done = await post(`api/dead-letters/${encodeURIComponent(queue)}/purge`);
     toast(`deleted ${done.deleted} message(s) of ${queue}`);
+    if (window.tasksChanged) window.tasksChanged();
   } catch (error) { toast(`purge failed: ${error.message}`, true); }
 }
 

@@ -211,6 +211,7 @@ async function deleteDead(queue, task) {
   try {
     const done = await post(`api/dead-letters/${encodeURIComponent(queue)}/delete`, { ids: [task.message_id] });
     toast(`deleted ${done.deleted} message(s) of ${queue}`);
+    window.tasksChanged();
   } catch (error) { toast(`delete failed: ${error.message}`, true); }
 }
 
@@ -224,9 +225,17 @@ window.tasksOnTasks = (data) => {
 };
 
 window.tasksOnState = (state) => {
-  const signature = JSON.stringify(state.queues.filter((q) => q.dead_letter).map((q) => [q.name, q.pending, q.delayed]));
+  const dead = state.queues.filter((q) => q.dead_letter).map((q) => [q.name, q.pending, q.delayed]);
+  // A message dead-lettered and retried between two readings leaves the
+  // dead-letter queues as they were; the counters say it died.
+  const deaths = state.queues.reduce((n, q) => n + ((q.counters || {}).dead_lettered || 0), 0);
+  const signature = JSON.stringify([dead, deaths]);
   if (signature !== deadSignature) { deadSignature = signature; loadDead(); }
   refreshFound();
 };
+
+// After an action of this page: the next reading may look the same as the
+// last (the dead letter came and went between two), so read again now.
+window.tasksChanged = () => { loadDead(); refreshFound(); };
 
 window.tasksRedraw = drawTaskCharts;

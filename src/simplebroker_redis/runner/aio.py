@@ -1,4 +1,9 @@
-"""``AsyncRedisRunner``: the asyncio runner, one pool per event loop."""
+"""``AsyncRedisRunner``: the asyncio twin of :class:`~.sync.RedisRunner`, one pool per event loop.
+
+Neither runner re-implements a state transition: both run the scripts of
+:mod:`simplebroker_redis.calls`. Connections open lazily, per process and
+event loop, so a runner made at import time is safe in forked workers.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,10 @@ from ..calls import Call
 from ..calls import init as init_call
 from ..connection import AsyncRoute
 from ..errors import translate
-from ..runner.base import RunnerBase, plain_call
-from ..runner.durability import WAITAOF_INFO
-from ..runner.sync import RedisRunner
-from ..runner.wire import direct_async
+from .base import RunnerBase, plain_call
+from .durability import WAITAOF_INFO
+from .sync import RedisRunner
+from .wire import direct_async
 
 R = TypeVar("R")
 

@@ -14,9 +14,9 @@ from .. import calls
 from ..errors import ScriptConflict
 from ..ids import HighWaterClock
 from ..retry import ConflictBackoff
+from ..runner.aio import AsyncRedisRunner
 from ..types import Dedupe
 from ..validation import check_task_key, finite_number, validate_message, validate_queue_name
-from .runner import AsyncRedisRunner
 
 #: Seconds a write waits for the clock when the logical counter at the
 #: high-water is spent (then it fails, as SimpleBroker's generator does) ...

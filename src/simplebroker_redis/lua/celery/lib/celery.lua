@@ -1,5 +1,5 @@
 -- lib/celery.lua: the Celery integration's keys, which a script receives
--- after the namespace's fixed keys (keys.py: Keyspace.celery_*). The
+-- after the namespace's fixed keys (calls/celery.py: entry_key, chord_keys; keys.py: Keyspace.celery). The
 -- prelude knows the fixed keys' types; these scripts check their own.
 -- uses: guard
 

@@ -9,7 +9,9 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..activity.outage import (
+from ..loop_tasks import stop_task
+from ..runner.aio import AsyncRedisRunner
+from .outage import (
     PING_INTERVAL,
     PING_TIMEOUT,
     SUBSCRIBE_WAIT,
@@ -17,9 +19,7 @@ from ..activity.outage import (
     SlotMoved,
     Unanswered,
 )
-from ..activity.waiter import wake_channels
-from .runner import AsyncRedisRunner
-from .tasks import stop_task
+from .waiter import wake_channels
 
 logger = logging.getLogger("simplebroker_redis")
 
