@@ -20,6 +20,7 @@ reservation reads them in :meth:`Store.levels` order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -403,8 +404,14 @@ class Store:
         return None if expired(payload, message_id, ttl) else payload
 
     def ready(self, queue: str) -> int:
-        """Return ``queue``'s ready messages (kombu's declaration before a publish asks)."""
-        return self.publishing.run(calls.ready_count(self.runner.keys, self.levels(queue)))
+        """Return ``queue``'s ready messages (kombu's declaration before a publish asks).
+
+        Tried once: a read the runner would repeat after a timeout would let
+        one declaration wait ``publish_timeout`` twice (issue 42: a second
+        ``delay()`` in the same blackhole took 11 s).
+        """
+        count = calls.ready_count(self.runner.keys, self.levels(queue))
+        return self.publishing.run(dataclasses.replace(count, idempotent=False))
 
     def purge(self, queue: str) -> int:
         """Delete the queue's messages that nobody holds (storage name, every priority)."""
