@@ -433,6 +433,7 @@ CELERY_LAYERS: dict[str, int] = {
     # idempotent publishes, settlements deferred through an outage
     "outage": 0,
     "fencing": 1,
+    "prestart": 1,  # a task's lease checked in the pool process before it starts
     "publishing": 1,
     "settlements": 1,
     # 2: what is done on the server, and its heartbeat

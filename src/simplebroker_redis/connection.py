@@ -190,6 +190,8 @@ class Connections:
         self.command_timeout = COMMAND_TIMEOUT + (
             2 * options.wait_timeout if options.durable else 0.0
         )
+        #: Seconds allowed to open a connection (:data:`CONNECT_TIMEOUT`).
+        self.connect_timeout = CONNECT_TIMEOUT
         #: The namespace's hash slot (cluster routing).
         self.slot = key_slot(Keyspace.for_namespace(options.namespace).meta.encode())
         self._owner: Address | None = None  #: cluster: the slot's primary, once known
@@ -223,7 +225,7 @@ class Connections:
         """
         kwargs: dict[str, Any] = {
             "decode_responses": True,
-            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_connect_timeout": self.connect_timeout,
             "socket_timeout": self.command_timeout,
             "retry": _no_retry(aio),
             "client_name": f"{label}:{os.getpid()}",

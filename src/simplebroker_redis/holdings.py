@@ -95,6 +95,15 @@ class ServerClock:
             if self._offset is None or stale or rtt <= self._rtt:
                 self._offset, self._rtt, self._at = offset, rtt, received
 
+    def local(self, server_ns: int) -> float | None:
+        """Return when the server's clock reads ``server_ns``, in ``time.monotonic()`` s (or None).
+
+        Never later than it does: the estimate runs ahead of the server.
+        """
+        with self._lock:
+            offset = self._offset
+        return None if offset is None else (server_ns - offset) / 1e9
+
     def now_ns(self) -> int | None:
         """Return the estimate of the server's time now (ns), None before any reply."""
         with self._lock:
@@ -224,6 +233,11 @@ class Holdings:
         """Return the lease deadline of ``token`` last learned (server ns), None if unknown."""
         with self._lock:
             return self._deadlines.get(token)
+
+    def local_deadline(self, token: str) -> float | None:
+        """Return the last known lease deadline of ``token`` in ``time.monotonic()`` s, or None."""
+        deadline = self.deadline_ns(token)
+        return None if deadline is None else self.clock.local(deadline)
 
     def standing(self, token: str) -> Standing:
         """Return whether a message of ``token`` may be started now (see :class:`Standing`).

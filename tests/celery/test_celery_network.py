@@ -191,6 +191,47 @@ def test_a_publish_cut_off_fails_in_bounded_time_saying_its_outcome_is_unknown(
     assert queue_total(server, namespace) == 2  # "warm" and one copy of "cut"
 
 
+def test_a_publish_with_the_default_settings_fails_within_its_bound_in_a_blackhole(
+    proxy, server, namespace, events
+):
+    """``delay()`` with no timeout configured: it fails within 10 s, not at the heal.
+
+    The transport's ``publish_timeout`` (5 s) bounds each try and starts
+    no try after it; Celery's own retry policy (3 retries) is left as it
+    is. The held write is delivered at the heal: one copy.
+    """
+    from celeryapp import make_app
+
+    app = make_app(proxy.url(), namespace, str(events))
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "task_stats": False}
+    app.send_task("record", ("warm",)).forget()
+    baseline = connected_clients(server)
+    proxy.blackhole()
+    began = time.monotonic()
+    try:
+        with pytest.raises(Exception) as raised:
+            app.send_task("record", ("cut",))
+        took = time.monotonic() - began
+        # A later send in the same outage starts on a new connection with
+        # kombu's queue declaration: bounded the same (it took 11 s).
+        again = time.monotonic()
+        with pytest.raises(Exception) as later:
+            app.send_task("record", ("later",))
+        later_took = time.monotonic() - again
+    finally:
+        proxy.heal()
+    assert "outcome of this publish" in str(raised.value), raised.value
+    assert "unknown" in str(raised.value)
+    assert took <= 10.0, f"took {took:.1f} s"
+    assert later_took <= 10.0, f"the later send took {later_took:.1f} s: {later.value}"
+    assert "cannot reach Redis" in str(later.value) or "outcome" in str(later.value), later.value
+    close(app)
+    wait_for(lambda: settled(proxy, server, baseline), 30, "the held requests to be delivered")
+    # "warm", one copy of "cut", and of "later" only if a try of it was sent.
+    sent_later = "outcome" in str(later.value)
+    assert queue_total(server, namespace) == 2 + sent_later, later.value
+
+
 def test_a_publish_that_returned_success_stored_its_task_exactly_once(
     proxy, server, namespace, events
 ):
@@ -277,6 +318,115 @@ def test_a_worker_stopped_past_its_lease_neither_overwrites_results_nor_starts_s
     assert not (started_late & prefetched) - delivered_again, "started after its lease ran out"
     assert "taken over by another worker" in stale.output()  # the consumer restarted
     assert live.alive() and stale.alive()
+
+
+def test_a_pool_process_does_not_start_a_task_whose_lease_was_taken_over(server, namespace, events):
+    """The check a pool process makes right before a task's body (``.prestart``, issue 42).
+
+    Celery's own tracer of the test app's task, wrapped as every pool
+    process wraps it, given the request a delivered message carries: its
+    known deadline passed. While the reservation is still the worker's
+    (renewed meanwhile) the task runs; once another worker's recovery took
+    it over, the task is rejected with requeue and its body never runs.
+    """
+    from celery.app.trace import build_tracer
+    from celeryapp import make_app
+
+    from celery_simplebroker.fencing import HOLDER_FIELD, holder_mark
+    from celery_simplebroker.prestart import LEASE_UNTIL_FIELD, guard
+    from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner
+
+    app = make_app(server.url, namespace, str(events), 0.5)
+    runner = RedisRunner(server.url, namespace=namespace)
+    try:
+        task = app.tasks["record"]
+        traced = guard(app, build_tracer(task.name, task, app=app))
+        leases = Leases(runner)
+        for key in ("held", "taken"):
+            RedisBrokerCore(runner).write("celery", key)
+        kept, lost = (leases.reserve("celery", 1, 0.5) for _ in range(2))
+
+        def request(lease: Any, key: str) -> dict[str, Any]:
+            tag = f"{lease.token}:{lease.messages[0].id}"
+            properties = {
+                "delivery_tag": tag,
+                HOLDER_FIELD: holder_mark(runner.identity),
+                LEASE_UNTIL_FIELD: time.monotonic() - 1.0,  # its known deadline passed
+            }
+            return {"id": key, "task": "record", "properties": properties, "delivery_info": {}}
+
+        def taken_over() -> bool:
+            leases.renew([kept.token])  # the worker renews what it still holds
+            return leases.recover().released >= 1
+
+        wait_for(taken_over, 10, "the other reservation to run out and be recovered")
+        ran = traced("held", ("held",), {}, request(kept, "held"))
+        refused = traced("taken", ("taken",), {}, request(lost, "taken"))
+        assert ran.retval == "held"
+        assert refused.info is not None and refused.info.state == "REJECTED"
+        reject = refused.retval.exception  # as the pool sends it back to the event loop
+        assert getattr(reject, "exc", reject).requeue  # Celery then hands the message back
+        assert set(starts(events)) == {"held"}  # the taken-over task's body never ran
+    finally:
+        app.close()
+        runner.shutdown()
+
+
+@pytest.mark.parametrize("lease", [1.0])
+def test_a_task_that_waited_past_its_known_deadline_starts_while_still_held(
+    events, direct, start_worker
+):
+    """A prefork worker checks, in its pool process, a task that waited longer than the lease.
+
+    The second task waits for the only pool process while the first runs
+    three leases long: its deadline as known at delivery passed, the pool
+    process asks the server, which still has it under this worker's lease
+    (renewed meanwhile): it starts, once, and nothing is refused.
+    """
+    worker = start_worker("busy", pool="prefork", env={"CELERY_CONF": DEFAULTS})
+    first = direct.send_task("record", ("first", 3.0))
+    second = direct.send_task("record", ("second", 0.0))
+    assert first.get(timeout=60) == "first" and second.get(timeout=60) == "second"
+    begun = {e.words[0]: e.at for e in read_events(events, "start")}
+    assert begun["second"] - begun["first"] > 2.0  # it waited past its known deadline
+    assert starts(events) == Counter({"first": 1, "second": 1})
+    assert "is not started" not in worker.output()
+
+
+@pytest.mark.parametrize("lease", [2.0])
+def test_a_worker_keeps_its_leases_with_0_3_s_added_to_every_packet(
+    proxy, server, namespace, events, direct, start_worker
+):
+    """0.3 s more each way on every packet, for three leases: no lease runs out (issue 42).
+
+    The worker's renewal has a connection and a thread of its own, so it
+    never waits behind the heartbeat's other round trips (the worker's
+    record, the bindings' refresh, recovery passes) or the event loop's.
+    Another worker's recovery (the test's, on a direct connection) finds
+    nothing of it to take, and every task runs once.
+    """
+    from simplebroker_redis import Leases, RedisRunner
+
+    worker = prefork(start_worker, "slow")
+    keys = [f"l{i}" for i in range(16)]
+    results = [direct.send_task("record", (key, 0.3)) for key in keys]
+    wait_for(lambda: len(starts(events)) >= 2, 30, "the worker to be busy")
+    runner = RedisRunner(server.url, namespace=namespace)
+    released = 0
+    try:
+        leases = Leases(runner)
+        proxy.latency(0.3)
+        end = time.monotonic() + 3 * 2.0
+        while time.monotonic() < end:  # a recovery pass every 0.2 s, as a worker's
+            released += leases.recover().released
+            time.sleep(0.2)
+    finally:
+        proxy.heal()
+        runner.shutdown()
+    assert [result.get(timeout=60) for result in results] == keys
+    assert released == 0, "a lease of the slowed worker ran out and was recovered"
+    assert starts(events) == Counter(dict.fromkeys(keys, 1))
+    assert "could renew them" not in worker.output()
 
 
 @pytest.mark.parametrize("lease", [2.0])

@@ -11,15 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import KnownAnomaly
-
 # Once: the faults hit the workers and the network, whose server side the
 # rest of the suite runs on Redis 7 too.
 pytestmark = [pytest.mark.slow, pytest.mark.once]
-
-#: Issue 42: a producer call during a blackhole blocks until the network returns
-#: (the command timeout is 60 s) instead of failing within a bounded time.
-UNBOUNDED = "issue 42: a send during a blackhole blocks until the heal (60 s command timeout)"
 
 
 def test_queue_through_a_failover_of_a_partitioned_primary(nemesis):
@@ -30,6 +24,5 @@ def test_taskiq_with_worker_clocks_an_hour_off(nemesis):
     nemesis("taskiq", "clock-skew-1h")
 
 
-@pytest.mark.xfail(strict=True, raises=KnownAnomaly, reason=UNBOUNDED)
 def test_celery_producer_blackholed(nemesis):
-    nemesis("celery", "producer-blackhole", known=("slow-call",))
+    nemesis("celery", "producer-blackhole")

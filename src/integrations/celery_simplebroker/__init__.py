@@ -30,8 +30,9 @@ for _alias in (TRANSPORT_ALIAS, *(f"{TRANSPORT_ALIAS}+{s}" for s in FAILOVER_SCH
     TRANSPORT_ALIASES.setdefault(_alias, "celery_simplebroker.transport:Transport")
 
 # Registers the check of every app's simplebroker URLs when the app is finalized,
-# and connects the task_prerun/task_postrun handlers that count runs per task name.
-from . import taskstats, urls  # noqa: E402,F401,I001 - imported for those side effects
+# connects the task_prerun/task_postrun handlers that count runs per task name, and
+# the check of a task's lease in each pool process right before it starts.
+from . import prestart, taskstats, urls  # noqa: E402,F401,I001 - imported for those side effects
 
 __all__ = [
     "TRANSPORT_ALIAS",

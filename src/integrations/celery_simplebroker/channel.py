@@ -189,6 +189,10 @@ class Channel(virtual.Channel):
         """
         message: dict[str, Any] = super().prepare_message(*args, **kwargs)
         publishing.begin(message)
+        # Before kombu declares the queue: no new try once publish_timeout has passed.
+        publishing.check_deadline(
+            message, self.store.options.publish_timeout, self.store.runner.where
+        )
         return message
 
     def basic_publish(
@@ -207,6 +211,7 @@ class Channel(virtual.Channel):
 
     def queue_declare(self, *args: Any, **kwargs: Any) -> Any:
         """Declare a queue (kombu does before every try of a publish; see :mod:`.publishing`)."""
+        publishing.check_declaring(self.store.options.publish_timeout, self.store.runner.where)
         with publishing.preparing():
             return super().queue_declare(*args, **kwargs)
 

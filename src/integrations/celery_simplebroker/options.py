@@ -30,6 +30,11 @@ logger = logging.getLogger("celery_simplebroker")
 #: Longest sleep of an idle worker between two reservations (wake-ups are hints).
 DEFAULT_IDLE_RECHECK: Final[float] = 10.0
 
+#: Seconds a publish waits on a server it cannot reach (each try's connect and
+#: reply), and after which kombu's retries of it start no new try (see
+#: :mod:`.publishing`): ``delay()`` fails within about this long, at worst twice.
+DEFAULT_PUBLISH_TIMEOUT: Final[float] = 5.0
+
 #: Most messages one reservation takes when the prefetch window is unlimited.
 DEFAULT_RESERVE_BATCH: Final[int] = 16
 
@@ -171,6 +176,7 @@ class TransportOptions:
     heartbeat_interval: float = _DEFAULT_TIMING.heartbeat_seconds
     recover_interval: float = _DEFAULT_TIMING.recover_seconds
     idle_recheck: float = DEFAULT_IDLE_RECHECK
+    publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT
     reserve_batch: int = DEFAULT_RESERVE_BATCH
     max_deliveries: int | None = None
     dead_letter_queue: str | None = None
@@ -219,6 +225,7 @@ class TransportOptions:
             heartbeat_interval=timing.heartbeat_seconds,
             recover_interval=timing.recover_seconds,
             idle_recheck=_number(options, "idle_recheck", DEFAULT_IDLE_RECHECK),
+            publish_timeout=_number(options, "publish_timeout", DEFAULT_PUBLISH_TIMEOUT),
             reserve_batch=batch,
             max_deliveries=max_deliveries,
             dead_letter_queue=storage_queue(str(dead_letter)) if dead_letter else None,

@@ -20,6 +20,7 @@ reservation reads them in :meth:`Store.levels` order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -43,6 +44,7 @@ from .errors import unreachable
 from .fencing import HOLDER_FIELD, holder_mark
 from .options import TransportOptions, storage_queue
 from .outage import Outage
+from .prestart import stamp
 from .settlements import Settler, deferred_for
 from .staging import stage_for
 from .taskformat import FRAMEWORK
@@ -91,6 +93,16 @@ class Store:
         return RedisBrokerCore(self.runner)
 
     @functools.cached_property
+    def publisher(self) -> RedisBrokerCore:
+        """Return the SimpleBroker connection publishes use (on :attr:`publishing`)."""
+        return RedisBrokerCore(self.publishing)
+
+    @functools.cached_property
+    def publishing(self) -> RedisRunner:
+        """Return the runner of publishes, declarations: own pool, ``publish_timeout``."""
+        return self.runner.sibling(self.options.publish_timeout)
+
+    @functools.cached_property
     def leases(self) -> Leases:
         """Return the reservation API (validates the namespace on first use)."""
         return Leases(self.runner)
@@ -104,12 +116,14 @@ class Store:
     def start_heartbeat(self) -> None:
         """Renew what this process holds, and recover expired leases, from now on."""
         if self._heartbeat is None:
+            timing, beat = self.options.timing, self._beat  # own_renewal: issue 42
             self._heartbeat = LeaseHeartbeat(
                 self.runner,
                 self.holdings,
-                self.options.timing,
+                timing,
                 framework="celery",
-                on_beat=self._beat,
+                on_beat=beat,
+                own_renewal=True,
             )
         self._heartbeat.start()
 
@@ -142,11 +156,12 @@ class Store:
     def close(self) -> None:
         """Stop the heartbeat, send the task statistics; the result backend lets go of it."""
         if self.task_stats is not None:
-            self.task_stats.flush()
+            self.task_stats.flush_soon(1.0)  # at most 1 s, then in the background
         acks_module.release(self.acks)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
+        self.publishing.close()  # no-op if nothing was published
 
     # -- priorities ----------------------------------------------------------------------------
     def levels(self, queue: str) -> tuple[str, ...]:
@@ -190,7 +205,7 @@ class Store:
         stage = stage_for(self.runner.identity)
         if stage is None:
             key = index_key(FRAMEWORK, task[0]) if task and self.task_index else ""
-            self.core.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
+            self.publisher.write(queue, envelope, task_key=key, dedupe_key=dedupe_key)
         else:
             validate_message(envelope, self.max_message_size)
             stage.messages.append((queue, envelope))
@@ -202,7 +217,7 @@ class Store:
 
     def broadcast(self, envelope: str, queues: list[str]) -> None:
         """Write one copy of a message to each of ``queues`` (storage names), atomically."""
-        self.core.broadcast(envelope, queue_names=queues, create_missing=True)
+        self.publisher.broadcast(envelope, queue_names=queues, create_missing=True)
 
     # -- taking messages ----------------------------------------------------------------------
     def reservation(self, queue: str, limit: int) -> Reservation:
@@ -261,11 +276,8 @@ class Store:
     def hand_back_unconfirmed(self, reserved: object) -> None:
         """Hand back a reservation that raised ``ReplicationTimeout``, its delivery not counted.
 
-        It happened on the primary, but a failover could still lose it and let
-        another worker run its tasks while this one does; stranding them until
-        their lease expired would count a delivery each time (and send the
-        oldest messages, reserved first, to the dead-letter queue after a few
-        failovers without running).
+        A failover could lose it: stranding its messages until their lease ran
+        out would count deliveries (dead-lettering some that never ran).
         """
         if isinstance(reserved, MultiLease):
             groups = {lease.token: lease.ids for lease in reserved.leases if lease.messages}
@@ -285,6 +297,7 @@ class Store:
         try:
             payload = open_body(message.body, message.id, tag=tag, deliveries=message.deliveries)
             payload["properties"][HOLDER_FIELD] = self.mark  # its result is fenced by its lease
+            stamp(payload["properties"], self.holdings.local_deadline(token))
         except Unreadable:
             logger.error("message %d of queue %s is not a kombu message", message.id, queue)
             self.dead_letter(token, message.id, unreadable=queue)
@@ -297,15 +310,11 @@ class Store:
     def taken_over(self, stale: Mapping[str, Standing]) -> set[str]:
         """Return the tokens of delivered tasks that another worker holds now.
 
-        ``stale``: tokens the event loop found ``EXPIRED`` or ``LOST``.
-        ``LOST`` ones are (a renewal found them gone while this process held
-        messages of them it was not settling); those past their known
-        deadline (``EXPIRED``: the process was stopped, or cut off, longer
-        than the lease) are renewed at once (one round trip), and those the
-        server no longer knows are too, unless this process settled them
-        meanwhile (``Holdings.drop_lost``).
-        During an outage nothing can be asked: the heartbeat renews them
-        when the server answers, and a later check finds what was lost.
+        ``stale``: tokens the event loop found ``EXPIRED`` or ``LOST``. ``LOST``
+        ones are; ``EXPIRED`` ones (past their known deadline) are renewed at
+        once, one round trip, and those the server no longer knows are too,
+        unless settled here meanwhile (``Holdings.drop_lost``). During an
+        outage nothing is asked: a later check finds what the heartbeat lost.
         """
         lost = {token for token, standing in stale.items() if standing is Standing.LOST}
         expired = [token for token, standing in stale.items() if standing is Standing.EXPIRED]
@@ -337,11 +346,8 @@ class Store:
     def _startable(self, token: str, message_id: int) -> bool:
         """Return True when a buffered message's lease still holds: it may be delivered.
 
-        One whose known deadline passed (the process was stopped, or cut off
-        from the server, for longer than the lease) is handed back, its
-        delivery not counted: it never ran. One whose token the heartbeat
-        found lost is another worker's now; one this worker let go of (handed
-        back) is not started either.
+        One past its known deadline is handed back, its delivery not counted
+        (it never ran); one lost or let go of is not started either.
         """
         standing = self.holdings.standing(token)
         if standing is Standing.HELD:
@@ -398,8 +404,14 @@ class Store:
         return None if expired(payload, message_id, ttl) else payload
 
     def ready(self, queue: str) -> int:
-        """Return ``queue``'s (storage name) ready messages: pending, held by nobody."""
-        return self.runner.run(calls.ready_count(self.runner.keys, self.levels(queue)))
+        """Return ``queue``'s ready messages (kombu's declaration before a publish asks).
+
+        Tried once: a read the runner would repeat after a timeout would let
+        one declaration wait ``publish_timeout`` twice (issue 42: a second
+        ``delay()`` in the same blackhole took 11 s).
+        """
+        count = calls.ready_count(self.runner.keys, self.levels(queue))
+        return self.publishing.run(dataclasses.replace(count, idempotent=False))
 
     def purge(self, queue: str) -> int:
         """Delete the queue's messages that nobody holds (storage name, every priority)."""

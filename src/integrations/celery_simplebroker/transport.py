@@ -94,8 +94,9 @@ class Transport(virtual.Transport):
         server = client_target(client)
         self.target = server.target
         self.runner = server.with_options(runner_options(raw_options)).runner()
-        self.declared = Declarations(self.runner)
         self.store = Store(self.runner, self.options, on_beat=self._refresh_bindings)
+        # kombu declares a publish's queue before each try: bounded as the publish is.
+        self.declared = Declarations(self.store.publishing)
         self.poller = Poller(
             self.store, self.options, channels=lambda: self.channels, poll=self._poll
         )

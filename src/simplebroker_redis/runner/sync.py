@@ -173,6 +173,27 @@ class RedisRunner(RunnerBase):
         if value:
             self._pid = os.getpid()
 
+    def sibling(self, timeout: float | None = None) -> RedisRunner:
+        """Return a runner of the same target, options and config, with its own pool.
+
+        For traffic that must not wait behind this runner's (a lease's
+        renewal behind a busy worker's connections), or that needs a
+        shorter bound (a producer's publish): ``timeout``, when given,
+        bounds each connect and each command's reply, plus what WAIT and
+        WAITAOF may take after a write (a ``socket_timeout`` in the target
+        URL still wins, as for every runner).
+        """
+        other = type(self)(self.target, self.options, config=self.config)
+        if self.initialized:  # the same namespace: validated already
+            other.mark_initialized()
+        if timeout is not None:
+            connections = other.connections
+            connections.connect_timeout = timeout
+            connections.command_timeout = timeout + (
+                2 * self.options.wait_timeout if self.options.durable else 0.0
+            )
+        return other
+
     def close(self) -> None:
         """Disconnect this process's pool; the runner reconnects on next use."""
         with self._lock:

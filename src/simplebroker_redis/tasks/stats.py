@@ -148,6 +148,18 @@ class TaskStats:
             taken, self._pending = self._pending, {}
         return taken
 
+    def flush_soon(self, wait: float) -> None:
+        """Send what this process counted, waiting at most ``wait`` s for the server.
+
+        A send the server is slow to answer goes on in the background (what
+        it cannot send is kept, as by :meth:`flush`): closing a connection
+        after a failed publish must not wait for a network that went silent.
+        """
+        sender = threading.Thread(target=self.flush, name="simplebroker-redis-task-stats-flush")
+        sender.daemon = True
+        sender.start()
+        sender.join(wait)
+
     def flush(self, *, final: bool = False) -> int:
         """Send what this process counted; return how many records were sent.
 
