@@ -5,7 +5,8 @@ blackholed alone (no RST) for 2.5 leases, every client blackholed both
 ways, requests only or replies only, every connection reset and new ones
 refused, 0.3 s of latency each way, and issue 42's partition of 20 s
 against the default 10 s lease. docs/reliability.md has what each one
-found on every workload."""
+found on every workload.
+"""
 
 from __future__ import annotations
 
