@@ -140,6 +140,40 @@ def test_a_fenced_result_is_stored_only_while_its_reservation_holds_the_message(
     assert _total(runner) == 1  # nothing acknowledged for the stale worker
 
 
+def test_a_result_stored_under_a_lapsed_lease_renews_it_so_no_recovery_runs_it_again(
+    runner, raw
+):
+    """A prefork store that landed past the lease, before any recovery (issue 42).
+
+    The pool process's store (fenced, without the acknowledgement, which
+    the worker's main process sends next) renews the reservation: a
+    recovery pass between the two must not hand the finished task to
+    another worker.
+    """
+    import time
+
+    from simplebroker_redis import Leases, RedisBrokerCore, calls
+
+    RedisBrokerCore(runner).write("tasks", "task body")
+    leases = Leases(runner)
+    lease = leases.reserve("tasks", 1, 0.2)
+    message = lease.messages[0].id
+    time.sleep(0.3)  # the lease lapses; nobody recovers it yet
+    call = calls.celery_store(
+        runner.keys,
+        "celery-task-meta-r",
+        '{"status": "SUCCESS", "result": 1}',
+        None,
+        None,
+        guard=True,
+        fence=(lease.token, message),
+    )
+    assert runner.run(call).stored == 1
+    assert leases.recover().tokens == 0  # renewed by the store: not stale
+    assert leases.ack(lease.token, [message], delete=True).settled == 1  # the main process's ack
+    assert _total(runner) == 0
+
+
 def _store_ahead(runner, name: str, ack, sources, limit: int):
     from simplebroker_redis import calls
 

@@ -9,11 +9,16 @@
 -- fenced by the reservation its task ran under: when that token no longer
 -- holds the message (its lease expired and another worker took it over, or
 -- it was handed back), nothing is stored: the result of a stale worker
--- never overwrites the current holder's. With an acknowledgement it can
+-- never overwrites the current holder's. A result stored under the fence
+-- alone ('fence': a prefork pool process, whose acknowledgement follows
+-- from the worker's main process) renews the reservation's lease: the task
+-- ran to its end under it, so no recovery pass may take the message back
+-- between the two (a store that a partition held past the lease landed,
+-- then the message was recovered and ran again: issue 42). With an acknowledgement it can
 -- also reserve the worker's next messages (as reserve_queues.lua), so that
 -- a worker running one task at a time spends one round trip per task, not
 -- one more per prefetch window.
--- uses: guard, members, celery, tokens, settling, reserving, ordered
+-- uses: guard, members, celery, tokens, settling, reserving, ordered, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
 -- ARGV: 1 wake prefix, 2 value, 3 expiry in ms ('' = none), 4 queue whose
@@ -68,6 +73,7 @@ end
 -- The fence: the token must still hold the message (reads only).
 local record = nil
 if holding ~= '' then
+  check_keys({K_TOKENS, K_LEASES})
   record = read_record(token)
   if not record or #held_ids(token, record.q, {message}) == 0 then
     -- The same value stored already: this call's own first try, whose reply was lost.
@@ -106,6 +112,14 @@ if stored == 1 then
     redis.call('SET', entry, value, 'PX', px)
   end
   if queue ~= '' then wake(queue) end
+end
+if holding == 'fence' then
+  local lease = tonumber(record.l)
+  if lease >= 0 then
+    record.d = string.format('%.0f', now_us() + lease)
+    redis.call('HSET', K_TOKENS, token, cjson.encode(record))
+    redis.call('ZADD', K_LEASES, record.d, token)
+  end
 end
 local settled = 0
 if plan then settled, lost = settle_apply(plan) end
