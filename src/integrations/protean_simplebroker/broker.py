@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import redis
 from protean.port.broker import BaseBroker, BrokerCapabilities, DLQEntry, registry
 from simplebroker.ext import MessageError, OperationalError
 
-from simplebroker_redis import ReplicationTimeout
+from simplebroker_redis import OutcomeUnknown, ReplicationTimeout
 from simplebroker_redis.tasks import index_key
 
 from . import config, reports
@@ -339,6 +340,22 @@ class SimpleBrokerBroker(BaseBroker):
     # -- health ------------------------------------------------------------------------------
     def _ping(self) -> bool:
         return self.store.ping()
+
+    def _is_connection_error(self, exception: Exception) -> bool:
+        """Return whether Protean's ``publish`` should PING and try once more after ``exception``.
+
+        Not after a publish whose reply timed out: it waited the whole
+        command timeout already, and the PING and the second try would wait
+        as long again (issue 42: a publish in a blackhole took 20 s, or
+        returned only at the heal). It raises ``OutcomeUnknown`` at once;
+        publishing the same message again stores it at most once (its ID).
+        """
+        if isinstance(exception, OutcomeUnknown) and isinstance(
+            exception.__cause__, redis.TimeoutError
+        ):
+            return False
+        found: bool = super()._is_connection_error(exception)
+        return found
 
     def _ensure_connection(self) -> bool:
         try:
