@@ -14,10 +14,10 @@
 -- from the worker's main process) renews the reservation's lease: the task
 -- ran to its end under it, so no recovery pass may take the message back
 -- between the two (a store that a partition held past the lease landed,
--- then the message was recovered and ran again: issue 42). With an acknowledgement it can
--- also reserve the worker's next messages (as reserve_queues.lua), so that
--- a worker running one task at a time spends one round trip per task, not
--- one more per prefetch window.
+-- then the message was recovered and ran again: issue 42). With an
+-- acknowledgement it can also reserve the worker's next messages (as
+-- reserve_queues.lua), so that a worker running one task at a time spends
+-- one round trip per task, not one more per prefetch window.
 -- uses: guard, members, celery, tokens, settling, reserving, ordered, time
 -- KEYS: the namespace's fixed keys (K_* names in the prelude), then
 --       1 the entry (string).
