@@ -63,22 +63,34 @@ def body_map(pairs: dict[int, str]) -> dict[str, str]:
 
 
 def snapshot(raw: redis.Redis, namespace: str) -> dict[str, Any]:
-    """Return every key under the namespace prefix, decoded exactly, by short name."""
+    """Return every key under the namespace prefix, decoded exactly, by short name.
+
+    The keys are read in one MULTI/EXEC, so the snapshot is one moment
+    of the namespace even while workers still change it (read key by key,
+    a message settled between the reads of ``bodies`` and ``claimed`` looked
+    like a body without a member).
+    """
     head = Keyspace.for_namespace(namespace).prefix
-    out: dict[str, Any] = {}
-    for key in sorted(raw.scan_iter(match=head + "*", count=1000)):
-        short = key[len(head) :]
-        kind = raw.type(key)
+    keys = sorted(raw.scan_iter(match=head + "*", count=1000))
+    typing = raw.pipeline(transaction=False)
+    for key in keys:
+        typing.type(key)
+    kinds = typing.execute()
+    reads = raw.pipeline(transaction=True)
+    for key, kind in zip(keys, kinds, strict=True):
         if kind == "zset":
-            out[short] = raw.zrange(key, 0, -1, withscores=True)
+            reads.zrange(key, 0, -1, withscores=True)
         elif kind == "hash":
-            out[short] = raw.hgetall(key)
+            reads.hgetall(key)
         elif kind == "string":
-            out[short] = raw.get(key)
+            reads.get(key)
         elif kind == "list":
-            out[short] = raw.lrange(key, 0, -1)
+            reads.lrange(key, 0, -1)
         elif kind == "set":
-            out[short] = sorted(raw.smembers(key))
+            reads.smembers(key)
         else:
-            out[short] = kind
+            reads.type(key)
+    out: dict[str, Any] = {}
+    for key, kind, value in zip(keys, kinds, reads.execute(), strict=True):
+        out[key[len(head) :]] = sorted(value) if kind == "set" else value
     return out
