@@ -121,6 +121,76 @@ def test_a_result_is_stored_with_its_acknowledgement(dq_broker, backend):
     consumer.close()
 
 
+def test_an_acknowledgement_woken_while_its_message_ran_reserves_the_next(dq_broker, backend):
+    @dramatiq.actor(store_results=True)
+    def echo(x):
+        return x
+
+    first = echo.send(0)
+    consumer = dq_broker.consume(echo.queue_name, prefetch=4, timeout=1000)
+    held = next(consumer)
+    later = [echo.send(1), echo.send(2)]
+    # Their wake-ups reach the consumer while `held` runs: left to its acknowledgement.
+    wait_for(lambda: consumer._wakeups.woken_at() is not None, timeout=10)
+    backend.store_result(held, 0, 60_000)
+    seen, run = _record(dq_broker.runner)
+    try:
+        consumer.ack(held)
+        handed = [next(consumer), next(consumer)]
+    finally:
+        dq_broker.runner.run = run
+    # One script acknowledged the first, stored its result and reserved the others.
+    assert seen == ["dramatiq_store"]
+    assert sorted(m.message_id for m in handed) == sorted(m.message_id for m in later)
+    assert all(dq_broker.store.holdings.holds(m.token) for m in handed)
+    assert backend.get_result(first) == 0
+    for message in handed:
+        backend.store_result(message, message.args[0], 60_000)
+        consumer.ack(message)
+    assert [backend.get_result(m) for m in later] == [1, 2]
+    assert dq_broker.store.count([echo.queue_name]) == 0
+    consumer.close()
+
+
+def test_a_fenced_acknowledgement_stores_nothing_but_still_reserves(dq_broker, backend):
+    dq_broker.declare_queue("q")
+    dq_broker.enqueue(_message())
+    consumer = dq_broker.consume("q", prefetch=1, timeout=1000)
+    held = next(consumer)
+    dq_broker.store.release(held.token, [held.storage_id], undeliver=False)  # lease lost
+    dq_broker.enqueue(_message())
+    stored = dq_broker.runner.run(
+        room.dramatiq_store(
+            dq_broker.runner.keys,
+            backend.build_message_key(held),
+            "stale",
+            60_000,
+            token=held.token,
+            message_id=held.storage_id,
+            reserve_from=consumer.sources,
+            reserve_limit=5,
+            lease_seconds=30,
+        )
+    )
+    assert (stored.stored, stored.settled, stored.lost) == (False, 0, 1)
+    with pytest.raises(ResultMissing):
+        backend.get_result(held)
+    assert stored.reserved is not None
+    ids = [message.id for message in stored.reserved.messages]
+    assert len(ids) == 2 and held.storage_id in ids  # the handed-back one and the new one
+    for lease in stored.reserved.leases:
+        dq_broker.store.leases.ack(lease.token, None, delete=True)
+    assert dq_broker.store.count(["q"]) == 0
+    consumer.close()
+
+
+def test_a_reservation_with_a_result_needs_its_acknowledgement(dq_broker):
+    with pytest.raises(ValueError, match="acknowledgement"):
+        room.dramatiq_store(
+            dq_broker.runner.keys, "k", "v", 1000, reserve_from=[("q", None)], reserve_limit=1
+        )
+
+
 def test_a_result_from_a_worker_whose_lease_was_taken_over_is_not_stored(dq_broker, backend):
     dq_broker.declare_queue("q")
     dq_broker.enqueue(_message())

@@ -11,7 +11,12 @@ looks again then (its reservation's upkeep promotes it), so delays need no
 delay queue and no list of ETAs in memory.
 
 ``ack``, ``nack`` and ``requeue`` come from the worker threads; each is
-one script. A connection failure is raised as Dramatiq's
+one script. An acknowledgement with its result also reserves the next
+messages when a wake-up came while the message ran (``dramatiq_store``
+reserves as ``reserve_queues`` does): a consumer with messages running
+leaves a fresh wake-up to their acknowledgements for :data:`ACK_GRACE`,
+so that a busy queue costs one script per message to settle and refill,
+not one more per wake-up. A connection failure is raised as Dramatiq's
 ``ConnectionClosed``, on which the worker retries an ``ack`` (and restarts
 a consumer): the message stays held, and renewed, meanwhile.
 """
@@ -25,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed
@@ -41,6 +46,13 @@ from .wakeups import Wakeups, close_quietly
 logger = logging.getLogger("dramatiq_simplebroker")
 
 T = TypeVar("T")
+
+#: Seconds a consumer with messages running leaves a wake-up to their
+#: acknowledgements: the first acknowledgement with a result within that
+#: time reserves the next messages in its own round trip (one script for
+#: both), after it the consumer reserves itself. An idle consumer (nothing
+#: running) reserves at once.
+ACK_GRACE: Final[float] = 0.005
 
 
 class HeldMessage(MessageProxy):
@@ -140,6 +152,8 @@ class SimpleBrokerConsumer(Consumer):
         self._lock = threading.Lock()
         self._buffer: collections.deque[Taken] = collections.deque()
         self._out = 0  #: handed out, not yet acknowledged, nacked or handed back
+        self._inflight = 0  #: room claimed by reservations under way (this thread's, an ack's)
+        self._ahead = False  #: the last acknowledgement could reserve (it carried a result)
         self._wakeups = Wakeups(store.runner, [queue for queue, _ in self.sources])
         self._due_at: float | None = None  #: monotonic time the next delayed message is due
         self._recheck_at = 0.0  #: monotonic time of the next look without a wake-up
@@ -156,19 +170,43 @@ class SimpleBrokerConsumer(Consumer):
                 if held is not None:
                     return held
                 room = self._room()
-                if self._batch_ready(room) and self._worth_a_look():
+                ready = self._batch_ready(room)
+                later = self._defer() if ready else None
+                if ready and later is None and self._worth_a_look():
                     if self._reserve(room):
                         continue
                 now = time.monotonic()
                 if now >= deadline:
                     return None
-                until = min(deadline, self._due_at or deadline, self._recheck_at)
-                self._wakeups.wait(until - now, wakeups=self._batch_ready(room))
+                until = min(deadline, self._due_at or deadline, self._recheck_at, later or deadline)
+                self._wakeups.wait(
+                    until - now, wakeups=self._batch_ready(self._room()) and later is None
+                )
             return None
 
     def _room(self) -> int:
         with self._lock:
-            return self.prefetch - self._out - len(self._buffer)
+            return self.prefetch - self._out - len(self._buffer) - self._inflight
+
+    def _defer(self) -> float | None:
+        """Return until when a wake-up is left to an acknowledgement (None: look now).
+
+        With messages running whose acknowledgements reserve (the last one
+        carried a result), a wake-up younger than :data:`ACK_GRACE` is left
+        to the first of them: its script reserves the next messages. A due
+        delayed message or a recheck is looked at at once.
+        """
+        woken = self._wakeups.woken_at()
+        if woken is None:
+            return None
+        now = time.monotonic()
+        if now >= self._recheck_at or (self._due_at is not None and now >= self._due_at):
+            return None
+        with self._lock:
+            running = self._out
+        if running and self._ahead and now < woken + ACK_GRACE:
+            return woken + ACK_GRACE
+        return None
 
     def _batch_ready(self, room: int) -> bool:
         """Return True when a reservation is worth its round trip now.
@@ -197,7 +235,18 @@ class SimpleBrokerConsumer(Consumer):
         )
 
     def _reserve(self, room: int) -> bool:
-        taken, due_in = self.store.reserve(self.sources, room)
+        with self._lock:
+            self._inflight += room
+        try:
+            taken, due_in = self.store.reserve(self.sources, room)
+        finally:
+            with self._lock:
+                self._inflight -= room
+        self._reserved(taken, due_in, room)
+        return bool(taken)
+
+    def _reserved(self, taken: list[Taken], due_in: float | None, room: int) -> None:
+        """Buffer what a reservation (this thread's, an acknowledgement's) found."""
         now = time.monotonic()
         self._due_at = None if due_in is None else now + due_in
         self._recheck_at = now + self.store.settings.idle_recheck
@@ -205,7 +254,6 @@ class SimpleBrokerConsumer(Consumer):
             self._wakeups.wake()  # a full batch: there may be more once there is room
         with self._lock:
             self._buffer.extend(taken)
-        return bool(taken)
 
     def _hand_out(self) -> HeldMessage | None:
         while True:
@@ -251,15 +299,11 @@ class SimpleBrokerConsumer(Consumer):
         if held is None:
             return
         if held.result is None:
+            self._ahead = False
             done = self._settle(lambda: self.store.ack(held.token, held.storage_id))
         else:
-            key, value, ttl, task_id = held.result
-            stored = self._settle(
-                lambda: self.store.ack_with_result(
-                    held.token, held.storage_id, key, value, ttl, task_id
-                )
-            )
-            done = stored.settled == 1
+            self._ahead = True
+            done = self._ack_ahead(held, held.result)
             held.result = None
         held.settled = True
         if not done:
@@ -294,6 +338,44 @@ class SimpleBrokerConsumer(Consumer):
             with connection_errors():
                 self.store.store_result(key, value, ttl, task_id)
             held.result = None
+
+    def _ack_ahead(self, held: HeldMessage, result: tuple[str, str, int, str]) -> bool:
+        """Acknowledge with its result; reserve the next messages too when a wake-up waits.
+
+        The reservation claims the room this acknowledgement frees (and the
+        rest of the window) and the wake-up, which the consumer thread then
+        does not act on; both come back when the step fails.
+        """
+        key, value, ttl, task_id = result
+        with self._lock:
+            room = self.prefetch - (self._out - 1) - len(self._buffer) - self._inflight
+            limit = room if room > 0 and self._wakeups.take() else 0
+            self._inflight += limit
+        try:
+            with connection_errors():
+                stored, taken, due_in = self.store.ack_with_result(
+                    held.token,
+                    held.storage_id,
+                    key,
+                    value,
+                    ttl,
+                    task_id,
+                    reserve_from=list(self.sources) if limit else (),
+                    limit=limit,
+                )
+        except BaseException:
+            if limit:
+                with self._lock:
+                    self._inflight -= limit
+                self._wakeups.wake()
+            raise
+        with self._lock:
+            self._inflight -= limit
+            self._out -= 1
+        if limit:
+            self._reserved(taken, due_in, limit)
+        self._wakeups.nudge()
+        return stored.settled == 1
 
     def _settle(self, operation: Callable[[], T]) -> T:
         with connection_errors():
