@@ -152,6 +152,26 @@ def test_an_acknowledgement_woken_while_its_message_ran_reserves_the_next(dq_bro
     consumer.close()
 
 
+def test_an_acknowledgement_after_close_reserves_nothing(dq_broker, backend):
+    @dramatiq.actor(store_results=True)
+    def echo(x):
+        return x
+
+    echo.send(0)
+    consumer = dq_broker.consume(echo.queue_name, prefetch=4, timeout=1000)
+    held = next(consumer)
+    later = echo.send(1)
+    wait_for(lambda: consumer._wakeups.woken_at() is not None, timeout=10)
+    consumer.close()  # as Dramatiq's worker stops: its threads still acknowledge
+    backend.store_result(held, 0, 60_000)
+    consumer.ack(held)
+    other = dq_broker.consume(echo.queue_name, prefetch=1, timeout=5000)
+    taken = next(other)  # pending, not held by the closed consumer
+    assert taken is not None and taken.message_id == later.message_id
+    other.ack(taken)
+    other.close()
+
+
 def test_a_fenced_acknowledgement_stores_nothing_but_still_reserves(dq_broker, backend):
     dq_broker.declare_queue("q")
     dq_broker.enqueue(_message())

@@ -253,7 +253,11 @@ class SimpleBrokerConsumer(Consumer):
         if len(taken) >= room:
             self._wakeups.wake()  # a full batch: there may be more once there is room
         with self._lock:
-            self._buffer.extend(taken)
+            closed = self._closed
+            if not closed:
+                self._buffer.extend(taken)
+        if closed:  # an acknowledgement's reservation came back after close(): hand it back
+            self._hand_back(taken)
 
     def _hand_out(self) -> HeldMessage | None:
         while True:
@@ -349,7 +353,9 @@ class SimpleBrokerConsumer(Consumer):
         key, value, ttl, task_id = result
         with self._lock:
             room = self.prefetch - (self._out - 1) - len(self._buffer) - self._inflight
-            limit = room if room > 0 and self._wakeups.take() else 0
+            room = min(room, self.prefetch)
+            wanted = room > 0 and not self._closed
+            limit = room if wanted and self._wakeups.take() else 0
             self._inflight += limit
         try:
             with connection_errors():
@@ -406,9 +412,14 @@ class SimpleBrokerConsumer(Consumer):
 
     def close(self) -> None:
         """Hand back what was reserved but not handed out; drop the wake-ups."""
-        self._closed = True
         with self._lock:
+            self._closed = True
             buffered, self._buffer = list(self._buffer), collections.deque()
+        self._hand_back(buffered)
+        close_quietly(self._wakeups)
+
+    def _hand_back(self, buffered: list[Taken]) -> None:
+        """Release reserved messages never handed out, uncounted (best effort)."""
         groups: dict[str, list[int]] = {}
         for token, leased in buffered:
             groups.setdefault(token, []).append(leased.id)
@@ -416,7 +427,6 @@ class SimpleBrokerConsumer(Consumer):
             self.store.release_groups(groups, undeliver=True)
         except OperationalError as exc:  # their leases expire: nothing is lost
             logger.warning("could not hand back %d message(s) at close: %s", len(buffered), exc)
-        close_quietly(self._wakeups)
 
 
 def _held(message: object) -> HeldMessage | None:
