@@ -239,20 +239,30 @@ class SimpleBrokerConsumer(Consumer):
             self._inflight += room
         try:
             taken, due_in = self.store.reserve(self.sources, room)
-        finally:
+        except BaseException:
             with self._lock:
                 self._inflight -= room
+            raise
         self._reserved(taken, due_in, room)
         return bool(taken)
 
-    def _reserved(self, taken: list[Taken], due_in: float | None, room: int) -> None:
-        """Buffer what a reservation (this thread's, an acknowledgement's) found."""
+    def _reserved(
+        self, taken: list[Taken], due_in: float | None, room: int, settled: int = 0
+    ) -> None:
+        """Buffer what a reservation (this thread's, an acknowledgement's) found.
+
+        ``room`` is what the reservation claimed; it is given back, and
+        ``settled`` acknowledged messages counted out, in the same step as
+        the buffering, so the window never looks emptier than it is.
+        """
         now = time.monotonic()
         self._due_at = None if due_in is None else now + due_in
         self._recheck_at = now + self.store.settings.idle_recheck
         if len(taken) >= room:
             self._wakeups.wake()  # a full batch: there may be more once there is room
         with self._lock:
+            self._inflight -= room
+            self._out -= settled
             closed = self._closed
             if not closed:
                 self._buffer.extend(taken)
@@ -375,11 +385,11 @@ class SimpleBrokerConsumer(Consumer):
                     self._inflight -= limit
                 self._wakeups.wake()
             raise
-        with self._lock:
-            self._inflight -= limit
-            self._out -= 1
         if limit:
-            self._reserved(taken, due_in, limit)
+            self._reserved(taken, due_in, limit, settled=1)
+        else:
+            with self._lock:
+                self._out -= 1
         self._wakeups.nudge()
         return stored.settled == 1
 
