@@ -11,12 +11,7 @@ looks again then (its reservation's upkeep promotes it), so delays need no
 delay queue and no list of ETAs in memory.
 
 ``ack``, ``nack`` and ``requeue`` come from the worker threads; each is
-one script. An acknowledgement with its result also reserves the next
-messages when a wake-up came while the message ran (``dramatiq_store``
-reserves as ``reserve_queues`` does): a consumer with messages running
-leaves a fresh wake-up to their acknowledgements for :data:`ACK_GRACE`,
-so that a busy queue costs one script per message to settle and refill,
-not one more per wake-up. A connection failure is raised as Dramatiq's
+one script. A connection failure is raised as Dramatiq's
 ``ConnectionClosed``, on which the worker retries an ``ack`` (and restarts
 a consumer): the message stays held, and renewed, meanwhile.
 """
@@ -30,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import ConnectionClosed
@@ -46,13 +41,6 @@ from .wakeups import Wakeups, close_quietly
 logger = logging.getLogger("dramatiq_simplebroker")
 
 T = TypeVar("T")
-
-#: Seconds a consumer with messages running leaves a wake-up to their
-#: acknowledgements: the first acknowledgement with a result within that
-#: time reserves the next messages in its own round trip (one script for
-#: both), after it the consumer reserves itself. An idle consumer (nothing
-#: running) reserves at once.
-ACK_GRACE: Final[float] = 0.005
 
 
 class HeldMessage(MessageProxy):
@@ -152,8 +140,6 @@ class SimpleBrokerConsumer(Consumer):
         self._lock = threading.Lock()
         self._buffer: collections.deque[Taken] = collections.deque()
         self._out = 0  #: handed out, not yet acknowledged, nacked or handed back
-        self._inflight = 0  #: room claimed by reservations under way (this thread's, an ack's)
-        self._ahead = False  #: the last acknowledgement could reserve (it carried a result)
         self._wakeups = Wakeups(store.runner, [queue for queue, _ in self.sources])
         self._due_at: float | None = None  #: monotonic time the next delayed message is due
         self._recheck_at = 0.0  #: monotonic time of the next look without a wake-up
@@ -170,43 +156,19 @@ class SimpleBrokerConsumer(Consumer):
                 if held is not None:
                     return held
                 room = self._room()
-                ready = self._batch_ready(room)
-                later = self._defer() if ready else None
-                if ready and later is None and self._worth_a_look():
+                if self._batch_ready(room) and self._worth_a_look():
                     if self._reserve(room):
                         continue
                 now = time.monotonic()
                 if now >= deadline:
                     return None
-                until = min(deadline, self._due_at or deadline, self._recheck_at, later or deadline)
-                self._wakeups.wait(
-                    until - now, wakeups=self._batch_ready(self._room()) and later is None
-                )
+                until = min(deadline, self._due_at or deadline, self._recheck_at)
+                self._wakeups.wait(until - now, wakeups=self._batch_ready(room))
             return None
 
     def _room(self) -> int:
         with self._lock:
-            return self.prefetch - self._out - len(self._buffer) - self._inflight
-
-    def _defer(self) -> float | None:
-        """Return until when a wake-up is left to an acknowledgement (None: look now).
-
-        With messages running whose acknowledgements reserve (the last one
-        carried a result), a wake-up younger than :data:`ACK_GRACE` is left
-        to the first of them: its script reserves the next messages. A due
-        delayed message or a recheck is looked at at once.
-        """
-        woken = self._wakeups.woken_at()
-        if woken is None:
-            return None
-        now = time.monotonic()
-        if now >= self._recheck_at or (self._due_at is not None and now >= self._due_at):
-            return None
-        with self._lock:
-            running = self._out
-        if running and self._ahead and now < woken + ACK_GRACE:
-            return woken + ACK_GRACE
-        return None
+            return self.prefetch - self._out - len(self._buffer)
 
     def _batch_ready(self, room: int) -> bool:
         """Return True when a reservation is worth its round trip now.
@@ -235,39 +197,15 @@ class SimpleBrokerConsumer(Consumer):
         )
 
     def _reserve(self, room: int) -> bool:
-        with self._lock:
-            self._inflight += room
-        try:
-            taken, due_in = self.store.reserve(self.sources, room)
-        except BaseException:
-            with self._lock:
-                self._inflight -= room
-            raise
-        self._reserved(taken, due_in, room)
-        return bool(taken)
-
-    def _reserved(
-        self, taken: list[Taken], due_in: float | None, room: int, settled: int = 0
-    ) -> None:
-        """Buffer what a reservation (this thread's, an acknowledgement's) found.
-
-        ``room`` is what the reservation claimed; it is given back, and
-        ``settled`` acknowledged messages counted out, in the same step as
-        the buffering, so the window never looks emptier than it is.
-        """
+        taken, due_in = self.store.reserve(self.sources, room)
         now = time.monotonic()
         self._due_at = None if due_in is None else now + due_in
         self._recheck_at = now + self.store.settings.idle_recheck
         if len(taken) >= room:
             self._wakeups.wake()  # a full batch: there may be more once there is room
         with self._lock:
-            self._inflight -= room
-            self._out -= settled
-            closed = self._closed
-            if not closed:
-                self._buffer.extend(taken)
-        if closed:  # an acknowledgement's reservation came back after close(): hand it back
-            self._hand_back(taken)
+            self._buffer.extend(taken)
+        return bool(taken)
 
     def _hand_out(self) -> HeldMessage | None:
         while True:
@@ -313,11 +251,15 @@ class SimpleBrokerConsumer(Consumer):
         if held is None:
             return
         if held.result is None:
-            self._ahead = False
             done = self._settle(lambda: self.store.ack(held.token, held.storage_id))
         else:
-            self._ahead = True
-            done = self._ack_ahead(held, held.result)
+            key, value, ttl, task_id = held.result
+            stored = self._settle(
+                lambda: self.store.ack_with_result(
+                    held.token, held.storage_id, key, value, ttl, task_id
+                )
+            )
+            done = stored.settled == 1
             held.result = None
         held.settled = True
         if not done:
@@ -353,46 +295,6 @@ class SimpleBrokerConsumer(Consumer):
                 self.store.store_result(key, value, ttl, task_id)
             held.result = None
 
-    def _ack_ahead(self, held: HeldMessage, result: tuple[str, str, int, str]) -> bool:
-        """Acknowledge with its result; reserve the next messages too when a wake-up waits.
-
-        The reservation claims the room this acknowledgement frees (and the
-        rest of the window) and the wake-up, which the consumer thread then
-        does not act on; both come back when the step fails.
-        """
-        key, value, ttl, task_id = result
-        with self._lock:
-            room = self.prefetch - (self._out - 1) - len(self._buffer) - self._inflight
-            room = min(room, self.prefetch)
-            wanted = room > 0 and not self._closed
-            limit = room if wanted and self._wakeups.take() else 0
-            self._inflight += limit
-        try:
-            with connection_errors():
-                stored, taken, due_in = self.store.ack_with_result(
-                    held.token,
-                    held.storage_id,
-                    key,
-                    value,
-                    ttl,
-                    task_id,
-                    reserve_from=list(self.sources) if limit else (),
-                    limit=limit,
-                )
-        except BaseException:
-            if limit:
-                with self._lock:
-                    self._inflight -= limit
-                self._wakeups.wake()
-            raise
-        if limit:
-            self._reserved(taken, due_in, limit, settled=1)
-        else:
-            with self._lock:
-                self._out -= 1
-        self._wakeups.nudge()
-        return stored.settled == 1
-
     def _settle(self, operation: Callable[[], T]) -> T:
         with connection_errors():
             done = operation()
@@ -422,14 +324,9 @@ class SimpleBrokerConsumer(Consumer):
 
     def close(self) -> None:
         """Hand back what was reserved but not handed out; drop the wake-ups."""
+        self._closed = True
         with self._lock:
-            self._closed = True
             buffered, self._buffer = list(self._buffer), collections.deque()
-        self._hand_back(buffered)
-        close_quietly(self._wakeups)
-
-    def _hand_back(self, buffered: list[Taken]) -> None:
-        """Release reserved messages never handed out, uncounted (best effort)."""
         groups: dict[str, list[int]] = {}
         for token, leased in buffered:
             groups.setdefault(token, []).append(leased.id)
@@ -437,6 +334,7 @@ class SimpleBrokerConsumer(Consumer):
             self.store.release_groups(groups, undeliver=True)
         except OperationalError as exc:  # their leases expire: nothing is lost
             logger.warning("could not hand back %d message(s) at close: %s", len(buffered), exc)
+        close_quietly(self._wakeups)
 
 
 def _held(message: object) -> HeldMessage | None:

@@ -183,21 +183,12 @@ class Store:
         value: str,
         ttl_ms: int,
         task_id: str = "",
-        *,
-        reserve_from: Sequence[tuple[str, str | None]] = (),
-        limit: int = 0,
-    ) -> tuple[room.Stored, list[Taken], float | None]:
+    ) -> room.Stored:
         """Store a result and delete its message in one step (fenced: see ``dramatiq_store``).
 
         ``task_id``: the Dramatiq message ID the result is also found by ('' none).
-        With ``reserve_from`` and ``limit`` the same step also reserves up to
-        ``limit`` messages of those sources (as :meth:`reserve`). Returns
-        what was stored, the messages reserved with their tokens, and the
-        seconds until the next delayed message is due (None: none, or no
-        reservation asked for).
         """
         self.holdings.let_go(token)
-        ahead = bool(reserve_from) and limit > 0
         call = room.dramatiq_store(
             self.runner.keys,
             message_key,
@@ -206,24 +197,15 @@ class Store:
             token=token,
             message_id=message_id,
             task_id=task_id,
-            reserve_from=reserve_from if ahead else (),
-            reserve_limit=limit,
-            lease_seconds=self.settings.timing.lease_seconds,
-            max_deliveries=self.settings.max_deliveries,
         )
         try:
-            stored = self.runner.run(call)
+            return self.runner.run(call)
         except ReplicationTimeout as exc:
             logger.warning("result of %d stored, not confirmed by a replica: %s", message_id, exc)
-            if isinstance(exc.result, room.Stored) and exc.result.reserved is not None:
-                self._hand_back_unconfirmed(exc.result.reserved)
-            return room.Stored(True, 1, 0), [], None
+            return room.Stored(True, 1, 0)
         except BaseException:
             self.holdings.hold(token, 1)
             raise
-        if stored.reserved is None:
-            return stored, [], None
-        return stored, self._hold(stored.reserved), stored.reserved.next_due_seconds
 
     def still_held(self, token: str) -> bool:
         """Return False when ``token``'s lease is gone (it must not start: another worker may).

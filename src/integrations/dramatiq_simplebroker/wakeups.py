@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 
 from simplebroker_redis import RedisRunner
@@ -39,7 +38,6 @@ class Wakeups:
         self._registered: list[str] = []
         self._cond = threading.Condition()
         self._woken = True  # nothing known yet: the first look asks the server
-        self._woken_at = 0.0  #: monotonic time of the oldest wake-up not yet taken
         self._nudged = False
         self._pid = os.getpid()
         self._subscribed = False
@@ -79,9 +77,7 @@ class Wakeups:
 
     def _wake(self) -> None:  # the listener thread
         with self._cond:
-            if not self._woken:
-                self._woken = True
-                self._woken_at = time.monotonic()
+            self._woken = True
             self._cond.notify_all()
 
     def nudge(self) -> None:
@@ -95,11 +91,6 @@ class Wakeups:
         with self._cond:
             woken, self._woken = self._woken, False
             return woken
-
-    def woken_at(self) -> float | None:
-        """Return when the oldest wake-up not yet taken came (monotonic), None when none came."""
-        with self._cond:
-            return self._woken_at if self._woken else None
 
     def wake(self) -> None:
         """Mark the queues worth a look (after a reservation that filled its batch)."""

@@ -5,8 +5,7 @@ Dramatiq's storage needs two operations the core has no script for:
 - ``dramatiq_store.lua``: a result stored and its waiters woken (Pub/Sub on
   the pseudo queue :func:`result_queue`), optionally with the
   acknowledgement (delete) of the reserved message whose result it is,
-  fenced: a worker that lost its lease stores nothing, and optionally with
-  the reservation of the consumer's next messages;
+  fenced: a worker that lost its lease stores nothing;
 - ``dramatiq_dead.lua``: a nack (the reserved message moved to its
   dead-letter queue, its death time recorded) and the expiry of dead
   messages older than Dramatiq's ``dead_message_ttl``.
@@ -19,15 +18,12 @@ their calls, so a Dramatiq change stays in this room.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..keys import Keyspace, format_id
-from ..types import MultiLease
 from ..validation import validate_queue_name
 from .base import Call
-from .leases import ordered_args, parse_multi_lease
 
 #: Prefix of the pseudo queue whose wake channel announces a stored result.
 RESULT_QUEUE_PREFIX: Final[str] = "dramatiq-result."
@@ -65,8 +61,6 @@ class Stored:
     stored: bool  #: False: fenced (the token no longer held the message)
     settled: int  #: messages acknowledged (0 or 1)
     lost: int  #: requested messages the token no longer held
-    #: The next messages reserved with it (``reserve_from``); None when not asked.
-    reserved: MultiLease | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +79,7 @@ def _whole(name: str, value: object) -> int:
 
 
 def _stored(raw: Any) -> Stored:
-    reserved = parse_multi_lease(raw[3:]) if len(raw) > 3 else None
-    return Stored(bool(int(raw[0])), int(raw[1]), int(raw[2]), reserved)
+    return Stored(bool(int(raw[0])), int(raw[1]), int(raw[2]))
 
 
 def dramatiq_store(
@@ -98,10 +91,6 @@ def dramatiq_store(
     token: str = "",
     message_id: int | None = None,
     task_id: str = "",
-    reserve_from: Sequence[tuple[str, str | None]] = (),
-    reserve_limit: int = 0,
-    lease_seconds: float | None = None,
-    max_deliveries: int | None = None,
 ) -> Call[Stored]:
     """Store a result (``expiry_ms`` 0: kept) and wake its waiters; with ``token``, ack too.
 
@@ -110,11 +99,6 @@ def dramatiq_store(
     nothing (``Stored.stored`` False). With ``task_id`` (the Dramatiq
     message ID) it also records, with the same expiry, that this result is
     that message's (:func:`result_of_key`).
-
-    With ``token``, ``reserve_from`` (as :func:`.leases.reserve_queues`'
-    ``sources``) also reserves up to ``reserve_limit`` of their pending
-    messages in the same step (``Stored.reserved``; fenced or not): the
-    consumer's next batch.
     """
     _whole("expiry_ms", expiry_ms)
     if token and message_id is None:
@@ -126,12 +110,6 @@ def dramatiq_store(
     extra: tuple[str, ...] = (result_key(keys, message_key),)
     if task_id:
         args, extra = (*args, message_key), (*extra, result_of_key(keys, task_id))
-    if reserve_from:
-        if not token:
-            raise ValueError("reserving with a result needs its acknowledgement")
-        if not task_id:
-            args = (*args, "")
-        args += ordered_args(reserve_from, reserve_limit, lease_seconds, max_deliveries)
     return Call(_stored, "dramatiq_store", args, extra_keys=extra)
 
 
