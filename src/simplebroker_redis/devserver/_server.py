@@ -219,7 +219,7 @@ class DevServer:
             self.kill()  # exited by itself, or about to (another server holds its port)
             taken = stranger is not None or self._port_was_taken(log_start)
             if taken and not self._own_port:
-                raise PortInUse(self.port, stranger or "another process")
+                raise PortInUse(self.port, stranger or self._holder())
             if not taken or attempt == START_ATTEMPTS:
                 raise RuntimeError(f"server exited early; see {self._log_path()}")
             self.port = free_port()
@@ -244,6 +244,15 @@ class DevServer:
             time.sleep(0.02)
         self.kill()
         raise RuntimeError(f"server did not answer within {timeout}s")
+
+    def _holder(self) -> str:
+        """Name what holds this server's port: another server (its pid), or another process.
+
+        Asked after this process exited on a port already in use (on a busy
+        machine it can exit before its first PING found the other server).
+        """
+        pid = None if self.socket_path else self._answering_pid()
+        return "another process" if pid is None else f"another server (pid {pid})"
 
     def _log_path(self) -> Path:
         return Path(self.data_dir, "server.log")
