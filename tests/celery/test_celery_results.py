@@ -140,9 +140,7 @@ def test_a_fenced_result_is_stored_only_while_its_reservation_holds_the_message(
     assert _total(runner) == 1  # nothing acknowledged for the stale worker
 
 
-def test_a_result_stored_under_a_lapsed_lease_renews_it_so_no_recovery_runs_it_again(
-    runner, raw
-):
+def test_a_result_stored_under_a_lapsed_lease_renews_it_so_no_recovery_runs_it_again(runner, raw):
     """A prefork store that landed past the lease, before any recovery (issue 42).
 
     The pool process's store (fenced, without the acknowledgement, which

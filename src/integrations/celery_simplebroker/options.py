@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from simplebroker_redis.lease_timing import LeaseTiming, TimingError, lease_timing
+from simplebroker_redis.priorities import levels, priority_queue
 from simplebroker_redis.queue_names import storage_queue as storage_queue  # re-exported
 from simplebroker_redis.server import Target, TargetError, choose_server
 from simplebroker_redis.targets import redact_target
@@ -189,6 +190,23 @@ class TransportOptions:
     def timing(self) -> LeaseTiming:
         """Return the lease, heartbeat and recovery timing of the transport's workers."""
         return LeaseTiming(self.lease_seconds, self.heartbeat_interval, self.recover_interval)
+
+    def levels(self, queue: str) -> tuple[str, ...]:
+        """Return the storage queues of ``queue`` (storage name) in read order.
+
+        With priorities (the default) ``queue.p9`` ... ``queue.p1``, then
+        ``queue``; with ``priority_order = "redis"`` ``queue``, then
+        ``queue.p1`` ... ``queue.p9``; without priorities ``queue`` alone.
+        """
+        if not self.priorities:
+            return (queue,)
+        if self.priority_order == "redis":
+            return tuple(reversed(levels(queue)))
+        return levels(queue)
+
+    def level_of(self, queue: str, priority: int) -> str:
+        """Return the storage queue of ``queue``'s (storage name) messages of ``priority``."""
+        return priority_queue(queue, priority) if self.priorities else queue
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> TransportOptions:

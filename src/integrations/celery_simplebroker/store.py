@@ -32,7 +32,6 @@ from simplebroker.ext import OperationalError
 
 from simplebroker_redis import Leases, RedisBrokerCore, RedisRunner, ReplicationTimeout, calls
 from simplebroker_redis.heartbeat import Holdings, LeaseHeartbeat, Standing
-from simplebroker_redis.priorities import levels, priority_queue
 from simplebroker_redis.tasks import INDEX_ENV, enabled, index_key, task_stats
 from simplebroker_redis.types import LeasedMessage, MultiLease
 from simplebroker_redis.validation import validate_message
@@ -165,26 +164,15 @@ class Store:
 
     # -- priorities ----------------------------------------------------------------------------
     def levels(self, queue: str) -> tuple[str, ...]:
-        """Return the storage queues of ``queue`` (storage name) in read order.
-
-        With priorities (the default) ``queue.p9`` ... ``queue.p1``, then
-        ``queue``; with ``priority_order = "redis"`` ``queue``, then
-        ``queue.p1`` ... ``queue.p9``; without priorities ``queue`` alone.
-        """
+        """Return the storage queues of ``queue`` in read order (``TransportOptions.levels``)."""
         found = self._levels.get(queue)
         if found is None:
-            if not self.options.priorities:
-                found = (queue,)
-            elif self.options.priority_order == "redis":
-                found = tuple(reversed(levels(queue)))
-            else:
-                found = levels(queue)
-            self._levels[queue] = found
+            found = self._levels[queue] = self.options.levels(queue)
         return found
 
     def level_of(self, queue: str, priority: int) -> str:
-        """Return the storage queue of ``queue``'s (storage name) messages of ``priority``."""
-        return priority_queue(queue, priority) if self.options.priorities else queue
+        """Return the storage queue of ``queue``'s messages of ``priority``."""
+        return self.options.level_of(queue, priority)
 
     # -- publishing -----------------------------------------------------------------------------
     def write(

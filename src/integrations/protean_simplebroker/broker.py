@@ -19,19 +19,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-import redis
 from protean.port.broker import BaseBroker, BrokerCapabilities, DLQEntry, registry
 from simplebroker.ext import MessageError, OperationalError
 
-from simplebroker_redis import OutcomeUnknown, ReplicationTimeout
+from simplebroker_redis import ReplicationTimeout
 from simplebroker_redis.tasks import index_key
 
 from . import config, reports
 from .dlq import DeadLetters
-from .errors import UnconfirmedPublish
+from .errors import UnconfirmedPublish, worth_a_retry
 from .groups import Groups
 from .inflight import InFlight, Taken
 from .messages import ENVELOPE_OVERHEAD, log_key, serialize
@@ -48,8 +47,6 @@ logger = logging.getLogger("protean_simplebroker")
 #: Longest wait of one blocking read, so a poll loop sees shutdown within a second
 #: (the same cap as Protean's Redis Streams provider).
 MAX_BLOCK_MS: Final[int] = 1000
-
-T = TypeVar("T")
 
 
 def _make_store(settings: config.Settings, layout: Layout) -> Store:
@@ -342,20 +339,8 @@ class SimpleBrokerBroker(BaseBroker):
         return self.store.ping()
 
     def _is_connection_error(self, exception: Exception) -> bool:
-        """Return whether Protean's ``publish`` should PING and try once more after ``exception``.
-
-        Not after a publish whose reply timed out: it waited the whole
-        command timeout already, and the PING and the second try would wait
-        as long again (issue 42: a publish in a blackhole took 20 s, or
-        returned only at the heal). It raises ``OutcomeUnknown`` at once;
-        publishing the same message again stores it at most once (its ID).
-        """
-        if isinstance(exception, OutcomeUnknown) and isinstance(
-            exception.__cause__, redis.TimeoutError
-        ):
-            return False
-        found: bool = super()._is_connection_error(exception)
-        return found
+        """Return whether Protean's ``publish`` PINGs and retries (not after a timeout)."""
+        return worth_a_retry(exception) and bool(super()._is_connection_error(exception))
 
     def _ensure_connection(self) -> bool:
         try:
@@ -373,13 +358,6 @@ class SimpleBrokerBroker(BaseBroker):
     def _calculate_consumer_groups_info(self) -> dict[str, Any]:
         return reports.group_names(self.groups)
 
-    def _section(self, kind: str, compute: Callable[[], T]) -> T | dict[str, Any]:
-        try:
-            return compute()
-        except Exception as exc:  # noqa: BLE001 - a health report never raises
-            logger.debug("health section %s failed: %s", kind, exc)
-            return reports.fallback(kind)
-
     def _health_stats(self) -> dict[str, Any]:
         """Return counts, streams, groups, storage size and settings."""
         healthy = True
@@ -392,9 +370,9 @@ class SimpleBrokerBroker(BaseBroker):
             "healthy": healthy,
             "backend": self.settings.backend,
             "target": self.settings.shown,
-            "message_counts": self._section("message_counts", self._calculate_message_counts),
-            "streams": self._section("streams", self._calculate_streams_info),
-            "consumer_groups": self._section(
+            "message_counts": reports.section("message_counts", self._calculate_message_counts),
+            "streams": reports.section("streams", self._calculate_streams_info),
+            "consumer_groups": reports.section(
                 "consumer_groups", self._calculate_consumer_groups_info
             ),
             "memory_estimate_bytes": int(memory),

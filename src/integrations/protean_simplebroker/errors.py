@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from simplebroker_redis import ReplicationTimeout
+import redis
+
+from simplebroker_redis import OutcomeUnknown, ReplicationTimeout
 
 
 class UnconfirmedPublish(ReplicationTimeout):
@@ -36,3 +38,15 @@ class UnconfirmedPublish(ReplicationTimeout):
         )
         self.stream = stream
         self.identifier = identifier
+
+
+def worth_a_retry(exc: Exception) -> bool:
+    """Return False for a publish whose reply timed out: Protean's publish must not retry it.
+
+    Protean's ``publish`` PINGs and tries once more after a connection
+    error. After a timeout both would wait as long again (issue 42: a
+    publish in a blackhole took 20 s, or returned only at the heal), so it
+    raises ``OutcomeUnknown`` at once; publishing the same message again
+    stores it at most once (its ID).
+    """
+    return not (isinstance(exc, OutcomeUnknown) and isinstance(exc.__cause__, redis.TimeoutError))

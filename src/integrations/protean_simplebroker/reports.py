@@ -7,13 +7,19 @@ groups' registrations), so every process reports the same numbers, except
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from simplebroker import QueueStats
 
 from .groups import Groups
 from .names import Layout, Parsed
 from .store import Store
+
+logger = logging.getLogger("protean_simplebroker")
+
+T = TypeVar("T")
 
 
 def queue_stats(store: Store, layout: Layout) -> list[tuple[Parsed, QueueStats]]:
@@ -94,3 +100,12 @@ def fallback(kind: str) -> dict[str, Any]:
     if kind == "message_counts":
         return {"total_messages": 0, "in_flight": 0, "failed": 0, "dlq": 0}
     return {"count": 0, "names": []}
+
+
+def section(kind: str, compute: Callable[[], T]) -> T | dict[str, Any]:
+    """Return ``compute()``, or the section's :func:`fallback`: a health report never raises."""
+    try:
+        return compute()
+    except Exception as exc:  # noqa: BLE001 - a health report never raises
+        logger.debug("health section %s failed: %s", kind, exc)
+        return fallback(kind)
