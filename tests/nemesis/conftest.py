@@ -2,17 +2,13 @@
 
 Every run starts its own servers, proxies and workers (nothing shared with
 the session's fixtures) and keeps its logs in the test's ``tmp_path``
-(pytest keeps the last three sessions' folders). A case whose anomaly is an
-open bug of issue 42 passes ``known``: the kinds of anomaly that bug
-causes. The test then raises :class:`KnownAnomaly` when it finds those and
-nothing else (mark it ``xfail(strict=True, raises=KnownAnomaly)``): any
-other anomaly still fails it, and so does a clean run, which is the sign
-to flip the case once the fix has landed.
+(pytest keeps the last three sessions' folders). Any anomaly fails the
+case, with the checker's report and where the logs are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,10 +16,6 @@ import pytest
 from .faults import FAULTS
 from .frameworks import WORKLOADS
 from .scenario import Outcome, Plan, run
-
-
-class KnownAnomaly(AssertionError):
-    """The run found what an open bug of issue 42 causes, and nothing else."""
 
 
 def report(outcome: Outcome) -> str:
@@ -42,12 +34,9 @@ def report(outcome: Outcome) -> str:
 def nemesis(tmp_path: Path) -> Callable[..., Outcome]:
     """Run ``workload`` under ``fault`` once; fail on any anomaly (see the module docstring)."""
 
-    def run_case(workload: str, fault: str, known: Iterable[str] = ()) -> Outcome:
+    def run_case(workload: str, fault: str) -> Outcome:
         outcome = run(Plan(WORKLOADS[workload], FAULTS[fault]), tmp_path / "run")
-        found = set(outcome.verdict.anomalies())
-        if found and known and found <= set(known):
-            raise KnownAnomaly(report(outcome))
-        assert not found, report(outcome)
+        assert not outcome.verdict.anomalies(), report(outcome)
         return outcome
 
     return run_case
