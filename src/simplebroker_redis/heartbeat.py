@@ -154,19 +154,11 @@ class LeaseHeartbeat:
                         self._renewer = self._runner.sibling()
                     leases = Leases(self._renewer)  # validates the namespace once
                 self._renew(leases)
-                if self._failing:
-                    self._logger.info("lease heartbeat reaches the server again")
-                    self._failing = False
+                self._reached()
                 self._renewed.set()
                 wait = self._timing.heartbeat_seconds
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any failure
-                if not self._failing:
-                    self._logger.warning("lease heartbeat failed, retrying: %s", exc)
-                else:
-                    self._logger.debug("lease heartbeat still failing: %s", exc)
-                self._failing = True
-                self.renew_failures += 1
-                notify("renew_failed", self.kind)
+                self._failed(exc)
                 # Renewal is what keeps running work ours: try again soon.
                 wait = RETRY_SECONDS
             self._stop.wait(max(0.0, now + wait - time.monotonic()))
@@ -191,20 +183,28 @@ class LeaseHeartbeat:
                 if now >= next_recover:
                     self._recover(leases)
                     next_recover = now + self._timing.recover_seconds
-                if self._failing:
-                    self._logger.info("lease heartbeat reaches the server again")
-                    self._failing = False
+                self._reached()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any failure
-                if not self._failing:
-                    self._logger.warning("lease heartbeat failed, retrying: %s", exc)
-                else:
-                    self._logger.debug("lease heartbeat still failing: %s", exc)
-                self._failing = True
-                self.renew_failures += 1
-                notify("renew_failed", self.kind)
+                self._failed(exc)
                 # Renewal is what keeps running work ours: try again soon.
                 next_renew = next_recover = now + RETRY_SECONDS
             self._stop.wait(max(0.0, min(next_renew, next_recover) - time.monotonic()))
+
+    def _reached(self) -> None:
+        """Note a renewal that reached the server (said once, after failures)."""
+        if self._failing:
+            self._logger.info("lease heartbeat reaches the server again")
+            self._failing = False
+
+    def _failed(self, exc: Exception) -> None:
+        """Note a failed renewal (a warning for the first of a run of failures)."""
+        if not self._failing:
+            self._logger.warning("lease heartbeat failed, retrying: %s", exc)
+        else:
+            self._logger.debug("lease heartbeat still failing: %s", exc)
+        self._failing = True
+        self.renew_failures += 1
+        notify("renew_failed", self.kind)
 
     def _run_upkeep(self) -> None:
         """Store the worker's record, call ``on_beat``, recover expired leases (one thread).
