@@ -15,11 +15,13 @@ compete for the CPU with each other (note the load average in the table).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from simplebroker_redis.devserver import server_binary
@@ -104,12 +106,38 @@ def summary(results: dict[tuple[str, str], list[Outcome]], runs: int, head: str)
     return "\n".join(lines) + "\n"
 
 
+def _positive(text: str) -> int:
+    """Return ``text`` as a count of runs (argparse's type: a clear error otherwise)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs (1 or more)")
+    return int(text)
+
+
+def _names(known: Mapping[str, object], kind: str) -> Callable[[str], list[str]]:
+    """Return argparse's type for a comma-separated list of ``known`` names."""
+
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        for name in names:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise argparse.ArgumentTypeError(f"no {kind} {name!r}{hint}; --list shows them all")
+        if not names:
+            raise argparse.ArgumentTypeError(f"no {kind} named")
+        return names
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the campaign; exit 1 if any run found an anomaly."""
     parser = argparse.ArgumentParser(prog="python -m nemesis.campaign", description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--faults", default=",".join(FAULTS))
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--runs", type=_positive, default=3)
+    parser.add_argument("--faults", type=_names(FAULTS, "fault"), default=",".join(FAULTS))
+    parser.add_argument(
+        "--workloads", type=_names(WORKLOADS, "workload"), default=",".join(WORKLOADS)
+    )
     parser.add_argument("--out", type=Path, default=Path(".nemesis/summary.md"))
     parser.add_argument("--list", action="store_true", help="list faults and workloads")
     args = parser.parse_args(argv)
@@ -121,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     head = commit()  # now: the code these runs load, whatever the checkout becomes meanwhile
     results: dict[tuple[str, str], list[Outcome]] = {}
-    for fault_name in args.faults.split(","):
-        for workload_name in args.workloads.split(","):
+    for fault_name in args.faults:
+        for workload_name in args.workloads:
             for n in range(1, args.runs + 1):
                 # The strike waits for 4, 6, 8... tasks done: each run hits the
                 # victim at another point of its batch or prefetch window.
